@@ -1,0 +1,1 @@
+"""Op descriptions: one OpDef per op, consumed by both frontends."""

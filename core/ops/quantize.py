@@ -1,0 +1,234 @@
+"""The quantize family: quantize, dequantize and the delayed-scaling update.
+
+Each op is one :class:`OpDef`; both frontends call ``OP.plan(...)`` and never restate a
+shape, a check or an error text. Shapes follow NUMERICS.md §4–§7.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from ..dtypes import FP8_DTYPES, HIGH_PRECISION
+from ..quantized_tensor import QuantizedTensor
+from ..quantizers import (
+    Float8CurrentScalingQuantizer,
+    Float8DelayedScalingQuantizer,
+    MXFP8Quantizer,
+    Quantizer,
+)
+from .opdef import KernelCall, OpDef, Shape, TensorSpec, fail, flatten_2d, round_up
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayMeta:
+    """Shape and canonical dtype name of an array argument (what core sees of a tensor)."""
+
+    shape: Shape
+    dtype: str
+
+
+_FP8_FORMAT_CODES = {"e4m3": 0, "e5m2": 1}
+_AMAX_ALGORITHMS = {"max": 0, "most_recent": 1}
+_SCALAR_F32 = ((1,), "float32")
+
+
+# ---- quantize ---------------------------------------------------------------------------
+
+def _validate_quantize(x: ArrayMeta, quantizer: Quantizer, scale: ArrayMeta | None = None,
+                       rng: ArrayMeta | None = None) -> None:
+    op = "quantize"
+    if not isinstance(quantizer, Quantizer):
+        fail(op, TypeError, f"quantizer must be a twinengine Quantizer, got {type(quantizer).__name__}")
+    if x.dtype not in HIGH_PRECISION:
+        fail(op, TypeError, f"x must be float32, bfloat16 or float16, got {x.dtype}")
+    if len(x.shape) < 1:
+        fail(op, ValueError, "x must have rank >= 1, got a 0-d array")
+    rows, cols = flatten_2d(x.shape)
+    if rows * cols == 0:
+        fail(op, ValueError, f"x must not be empty, got shape {tuple(x.shape)}")
+    if isinstance(quantizer, Float8DelayedScalingQuantizer):
+        if scale is None:
+            fail(op, ValueError, "Float8DelayedScalingQuantizer needs scale= (a float32 array of shape (1,))")
+        if scale.dtype != "float32" or tuple(scale.shape) != (1,):
+            fail(op, ValueError, f"scale must be float32 of shape (1,), got {scale.dtype} {tuple(scale.shape)}")
+    elif scale is not None:
+        fail(op, ValueError, f"scale= is only used by Float8DelayedScalingQuantizer, not {type(quantizer).__name__}")
+    if rng is not None:
+        fail(op, ValueError, f"rng= is only used by quantizers with stochastic rounding, not {type(quantizer).__name__}")
+    if isinstance(quantizer, MXFP8Quantizer) and (rows % 32 != 0 or cols % 32 != 0):
+        fail(op, ValueError, "MXFP8 needs the flattened (R, K) shape to have R and K divisible by 32 "
+             f"(1x32 / 32x1 blocks), got x of shape {tuple(x.shape)} -> (R, K) = ({rows}, {cols})")
+    if quantizer.scaling_mode not in _QUANTIZE_KERNELS:
+        fail(op, TypeError, f"{type(quantizer).__name__} has no quantize kernel")
+
+
+def _quantize_attrs(quantizer: Quantizer) -> tuple[tuple[str, int | float], ...]:
+    return (
+        ("rowwise", int(quantizer.rowwise)),
+        ("columnwise", int(quantizer.columnwise)),
+        ("fp8_format", _FP8_FORMAT_CODES[getattr(quantizer, "fp8_dtype", "e4m3")]),
+        ("amax_epsilon", float(getattr(quantizer, "amax_epsilon", 0.0))),
+        ("force_pow2_scales", int(getattr(quantizer, "force_pow_2_scales", False))),
+        ("two_d", int(getattr(quantizer, "with_2d_quantization", False))),
+    )
+
+
+def _per_tensor_outputs(x: ArrayMeta, q: Float8CurrentScalingQuantizer | Float8DelayedScalingQuantizer
+                        ) -> tuple[TensorSpec, ...]:
+    rows, cols = flatten_2d(x.shape)
+    data = FP8_DTYPES[q.fp8_dtype]
+    specs = []
+    if q.rowwise:
+        specs += [TensorSpec("rowwise_data", tuple(x.shape), data), TensorSpec("rowwise_scale_inv", *_SCALAR_F32)]
+    if q.columnwise:
+        specs += [TensorSpec("columnwise_data", (cols, rows), data), TensorSpec("columnwise_scale_inv", *_SCALAR_F32)]
+    specs.append(TensorSpec("amax", *_SCALAR_F32))
+    return tuple(specs)
+
+
+def _mxfp8_outputs(x: ArrayMeta, q: MXFP8Quantizer) -> tuple[TensorSpec, ...]:
+    rows, cols = flatten_2d(x.shape)
+    data = FP8_DTYPES[q.fp8_dtype]
+    specs = []
+    if q.rowwise:
+        specs += [TensorSpec("rowwise_data", tuple(x.shape), data),
+                  TensorSpec("rowwise_scale_inv", (round_up(rows, 128), round_up(cols // 32, 4)), "uint8")]
+    if q.columnwise:
+        specs += [TensorSpec("columnwise_data", tuple(x.shape), data),
+                  TensorSpec("columnwise_scale_inv", (round_up(rows // 32, 4), round_up(cols, 128)), "uint8")]
+    return tuple(specs)
+
+
+# scaling_mode -> (kernel op, input names, output-spec function). Keyed by the quantizer's
+# scaling_mode string (not its type) so that torch.compile traces the lookup.
+_QUANTIZE_KERNELS: dict[str, tuple[str, tuple[str, ...], Any]] = {
+    "fp8_current": ("quantize_fp8_current", ("x",), _per_tensor_outputs),
+    "fp8_delayed": ("quantize_fp8_delayed", ("x", "scale"), _per_tensor_outputs),
+    "mxfp8": ("quantize_mxfp8", ("x",), _mxfp8_outputs),
+}
+
+
+def _infer_quantize(x: ArrayMeta, quantizer: Quantizer, scale: ArrayMeta | None = None,
+                    rng: ArrayMeta | None = None) -> KernelCall:
+    op, inputs, outputs = _QUANTIZE_KERNELS[quantizer.scaling_mode]
+    return KernelCall(op, inputs, outputs(x, quantizer), _quantize_attrs(quantizer))
+
+
+QUANTIZE = OpDef(
+    name="quantize",
+    args=("x", "scale", "rng"),
+    attrs=("quantizer",),
+    validate=_validate_quantize,
+    infer=_infer_quantize,
+)
+"""quantize(x, quantizer, scale=None, rng=None) -> QuantizedTensor fields.
+
+Shapes: x any rank >= 1, flattened to (R, K). Outputs per quantizer as NUMERICS.md lays out.
+Dtypes: x float32 / bfloat16 / float16.
+"""
+
+
+# ---- dequantize -------------------------------------------------------------------------
+
+# scaling_mode -> kernel op
+_DEQUANTIZE_KERNELS = {
+    "fp8_current": "dequantize_fp8",
+    "fp8_delayed": "dequantize_fp8",
+    "mxfp8": "dequantize_mxfp8",
+}
+
+
+def _usage_fields(columnwise: bool) -> tuple[str, str]:
+    prefix = "columnwise" if columnwise else "rowwise"
+    return f"{prefix}_data", f"{prefix}_scale_inv"
+
+
+def _validate_dequantize(qt: QuantizedTensor, out_dtype: str, columnwise: bool = False) -> None:
+    op = "dequantize"
+    if not isinstance(qt, QuantizedTensor):
+        fail(op, TypeError, f"expected a twinengine QuantizedTensor, got {type(qt).__name__}")
+    if out_dtype not in HIGH_PRECISION:
+        fail(op, TypeError, f"dtype must be float32, bfloat16 or float16, got {out_dtype}")
+    usage = "columnwise" if columnwise else "rowwise"
+    quantizer = qt.quantizer
+    if quantizer is None or not getattr(quantizer, usage):
+        fail(op, ValueError, f"the QuantizedTensor has no {usage} copy: its quantizer "
+             f"{quantizer!r} was made with {usage}=False")
+    data, scale_inv = _usage_fields(columnwise)
+    if getattr(qt, data) is None or getattr(qt, scale_inv) is None:
+        fail(op, ValueError, f"the QuantizedTensor's {data} / {scale_inv} are missing")
+    if quantizer.scaling_mode not in _DEQUANTIZE_KERNELS:
+        fail(op, TypeError, f"{type(quantizer).__name__} has no dequantize kernel")
+
+
+def _infer_dequantize(qt: QuantizedTensor, out_dtype: str, columnwise: bool = False) -> KernelCall:
+    return KernelCall(
+        op=_DEQUANTIZE_KERNELS[qt.quantizer.scaling_mode],
+        inputs=_usage_fields(columnwise),
+        outputs=(TensorSpec("out", tuple(qt.shape), out_dtype),),
+        attrs=(("columnwise", int(columnwise)),),
+    )
+
+
+DEQUANTIZE = OpDef(
+    name="dequantize",
+    args=("qt",),
+    attrs=("dtype", "columnwise"),
+    validate=_validate_dequantize,
+    infer=_infer_dequantize,
+)
+"""dequantize(qt, dtype, columnwise=False) -> array of qt.shape in `dtype`.
+
+Numerics: x̂ computed in fp32 per the format's decode rule, then rounded (RNE) to `dtype`.
+The columnwise copy of a transposed layout is transposed back to qt.shape.
+"""
+
+
+# ---- delayed-scaling update -------------------------------------------------------------
+
+def _validate_update(amax_history: ArrayMeta, scale: ArrayMeta, fp8_dtype: str, margin: int = 0,
+                     amax_compute_algo: str = "max") -> None:
+    op = "update_delayed_scaling"
+    if amax_history.dtype != "float32" or scale.dtype != "float32":
+        fail(op, TypeError, f"amax_history and scale must be float32, got {amax_history.dtype} and {scale.dtype}")
+    if len(amax_history.shape) not in (1, 2) or amax_history.shape[0] < 1:
+        fail(op, ValueError, "amax_history must have shape (history_len,) or (history_len, slots) with "
+             f"history_len >= 1, got {tuple(amax_history.shape)}")
+    slots = amax_history.shape[1] if len(amax_history.shape) == 2 else 1
+    if len(scale.shape) != 1 or scale.shape[0] != slots:
+        fail(op, ValueError, f"scale must have shape ({slots},) to match amax_history "
+             f"{tuple(amax_history.shape)}, got {tuple(scale.shape)}")
+    if fp8_dtype not in _FP8_FORMAT_CODES:
+        fail(op, ValueError, f"fp8_dtype must be 'e4m3' or 'e5m2', got {fp8_dtype!r}")
+    if type(margin) is not int or not 0 <= margin <= 64:
+        fail(op, ValueError, f"margin must be an int in [0, 64], got {margin!r}")
+    if amax_compute_algo not in _AMAX_ALGORITHMS:
+        fail(op, ValueError, f"amax_compute_algo must be 'max' or 'most_recent', got {amax_compute_algo!r}")
+
+
+def _infer_update(amax_history: ArrayMeta, scale: ArrayMeta, fp8_dtype: str, margin: int = 0,
+                  amax_compute_algo: str = "max") -> KernelCall:
+    return KernelCall(
+        op="update_delayed_scaling",
+        inputs=("amax_history", "scale"),
+        outputs=(TensorSpec("amax_history", tuple(amax_history.shape), "float32"),
+                 TensorSpec("scale", tuple(scale.shape), "float32")),
+        attrs=(("fp8_format", _FP8_FORMAT_CODES[fp8_dtype]), ("margin", margin),
+               ("algorithm", _AMAX_ALGORITHMS[amax_compute_algo])),
+    )
+
+
+UPDATE_DELAYED_SCALING = OpDef(
+    name="update_delayed_scaling",
+    args=("amax_history", "scale"),
+    attrs=("fp8_dtype", "margin", "amax_compute_algo"),
+    validate=_validate_update,
+    infer=_infer_update,
+)
+"""update_delayed_scaling(amax_history, scale, fp8_dtype, margin, amax_compute_algo)
+-> (new_amax_history, new_scale), NUMERICS.md §3 per slot (column)."""
+
+
+def array_meta(shape: Sequence[Any], dtype: str) -> ArrayMeta:
+    return ArrayMeta(tuple(shape), dtype)

@@ -1,0 +1,187 @@
+// C ABI of the quantize family: argument checks, then dispatch to the CPU or CUDA kernels.
+#include <string>
+
+#include "internal/quantize.h"
+
+namespace twe {
+namespace {
+
+TweDType fp8_dtype(TweFP8Format format) { return format == kTweE5M2 ? kTweFloat8E5M2 : kTweFloat8E4M3; }
+
+template <typename Args, typename CpuFn, typename CudaFn>
+TweStatus run_on_device(TweDevice device, const Args& args, CpuFn cpu_fn, CudaFn cuda_fn) {
+  if (device == kTweCPU) return cpu_fn(args);
+#ifdef TWE_WITH_CUDA
+  return cuda_fn(args);
+#else
+  (void)cuda_fn;
+  return fail(kTweUnsupported, "twinengine was built without CUDA kernels; CUDA tensors are not supported");
+#endif
+}
+
+#ifdef TWE_WITH_CUDA
+#define TWE_DEVICE_FNS(name) cpu::name, cuda::name
+#else
+#define TWE_DEVICE_FNS(name) cpu::name, nullptr
+#endif
+
+TweStatus check_input(const TweTensorView* input) {
+  if (!present(input)) return fail(kTweInvalidArgument, "input is missing");
+  if (!is_high_precision(input->dtype)) {
+    return fail(kTweInvalidArgument, std::string("input must be float32, bfloat16 or float16, got ") +
+                                         dtype_name(input->dtype));
+  }
+  if (input->ndim < 1) return fail(kTweInvalidArgument, "input must have rank >= 1");
+  return kTweSuccess;
+}
+
+TweStatus check_per_tensor_outputs(const TweTensorView* input, TweQuantizedTensor* out, TweFP8Format format,
+                                   bool needs_amax) {
+  const int64_t r = rows(*input), k = cols(*input);
+  const TweDevice dev = input->device;
+  TweStatus st = kTweSuccess;
+  if (!present(&out->rowwise_data) && !present(&out->columnwise_data)) {
+    return fail(kTweInvalidArgument, "at least one of rowwise_data and columnwise_data must be requested");
+  }
+  if (present(&out->rowwise_data)) {
+    if ((st = check_view(&out->rowwise_data, "rowwise_data", fp8_dtype(format), r, k, dev))) return st;
+    if ((st = check_view(&out->rowwise_scale_inv, "rowwise_scale_inv", kTweFloat32, -1, 1, dev))) return st;
+  }
+  if (present(&out->columnwise_data)) {
+    if ((st = check_view(&out->columnwise_data, "columnwise_data", fp8_dtype(format), k, r, dev))) return st;
+    if ((st = check_view(&out->columnwise_scale_inv, "columnwise_scale_inv", kTweFloat32, -1, 1, dev))) return st;
+  }
+  if (needs_amax || present(&out->amax)) {
+    if ((st = check_view(&out->amax, "amax", kTweFloat32, -1, 1, dev))) return st;
+  }
+  return kTweSuccess;
+}
+
+}  // namespace
+}  // namespace twe
+
+using namespace twe;
+
+extern "C" {
+
+TweStatus twe_quantize_fp8_current(const TweTensorView* input, TweQuantizedTensor* output,
+                                   const TweQuantizeParams* params, void* stream) {
+  TweStatus st = check_input(input);
+  if (st) return st;
+  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
+  if ((st = check_per_tensor_outputs(input, output, params->format, false))) return st;
+  if (!(params->amax_epsilon >= 0.0f)) return fail(kTweInvalidArgument, "amax_epsilon must be >= 0");
+  QuantizeArgs args{input, nullptr, output, *params, rows(*input), cols(*input), stream};
+  st = run_on_device(input->device, args, TWE_DEVICE_FNS(quantize_fp8_current));
+  return st ? st : succeed();
+}
+
+TweStatus twe_quantize_fp8_delayed(const TweTensorView* input, const TweTensorView* scale,
+                                   TweQuantizedTensor* output, const TweQuantizeParams* params,
+                                   void* stream) {
+  TweStatus st = check_input(input);
+  if (st) return st;
+  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
+  if ((st = check_view(scale, "scale", kTweFloat32, -1, 1, input->device))) return st;
+  if ((st = check_per_tensor_outputs(input, output, params->format, true))) return st;
+  QuantizeArgs args{input, scale, output, *params, rows(*input), cols(*input), stream};
+  st = run_on_device(input->device, args, TWE_DEVICE_FNS(quantize_fp8_delayed));
+  return st ? st : succeed();
+}
+
+TweStatus twe_quantize_mxfp8(const TweTensorView* input, TweQuantizedTensor* output,
+                             const TweQuantizeParams* params, void* stream) {
+  TweStatus st = check_input(input);
+  if (st) return st;
+  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
+  const int64_t r = rows(*input), k = cols(*input);
+  if (r % 32 != 0 || k % 32 != 0) {
+    return fail(kTweInvalidArgument, "MXFP8 needs R and K to be multiples of 32, got input " + shape_string(*input));
+  }
+  const TweDevice dev = input->device;
+  const TweDType dt = fp8_dtype(params->format);
+  if (!present(&output->rowwise_data) && !present(&output->columnwise_data)) {
+    return fail(kTweInvalidArgument, "at least one of rowwise_data and columnwise_data must be requested");
+  }
+  if (present(&output->rowwise_data)) {
+    if ((st = check_view(&output->rowwise_data, "rowwise_data", dt, r, k, dev))) return st;
+    if ((st = check_view(&output->rowwise_scale_inv, "rowwise_scale_inv", kTweUInt8, round_up(r, 128),
+                         round_up(k / 32, 4), dev)))
+      return st;
+  }
+  if (present(&output->columnwise_data)) {
+    if ((st = check_view(&output->columnwise_data, "columnwise_data", dt, r, k, dev))) return st;
+    if ((st = check_view(&output->columnwise_scale_inv, "columnwise_scale_inv", kTweUInt8, round_up(r / 32, 4),
+                         round_up(k, 128), dev)))
+      return st;
+  }
+  QuantizeArgs args{input, nullptr, output, *params, r, k, stream};
+  st = run_on_device(dev, args, TWE_DEVICE_FNS(quantize_mxfp8));
+  return st ? st : succeed();
+}
+
+TweStatus twe_dequantize_fp8(const TweTensorView* data, const TweTensorView* scale_inv, TweTensorView* output,
+                             int32_t columnwise, void* stream) {
+  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
+  if (data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
+    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
+  }
+  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  const int64_t r = rows(*output), k = cols(*output);
+  TweStatus st = columnwise ? check_view(data, "data", data->dtype, k, r, output->device)
+                            : check_view(data, "data", data->dtype, r, k, output->device);
+  if (st) return st;
+  if ((st = check_view(scale_inv, "scale_inv", kTweFloat32, -1, 1, output->device))) return st;
+  DequantizeArgs args{data, scale_inv, output, columnwise != 0, r, k, stream};
+  st = run_on_device(output->device, args, TWE_DEVICE_FNS(dequantize_fp8));
+  return st ? st : succeed();
+}
+
+TweStatus twe_dequantize_mxfp8(const TweTensorView* data, const TweTensorView* scale_inv, TweTensorView* output,
+                               int32_t columnwise, void* stream) {
+  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
+  if (data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
+    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
+  }
+  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  const int64_t r = rows(*output), k = cols(*output);
+  if (r % 32 != 0 || k % 32 != 0) return fail(kTweInvalidArgument, "MXFP8 needs R and K to be multiples of 32");
+  TweStatus st = check_view(data, "data", data->dtype, r, k, output->device);
+  if (st) return st;
+  st = columnwise ? check_view(scale_inv, "scale_inv", kTweUInt8, round_up(r / 32, 4), round_up(k, 128), output->device)
+                  : check_view(scale_inv, "scale_inv", kTweUInt8, round_up(r, 128), round_up(k / 32, 4), output->device);
+  if (st) return st;
+  DequantizeArgs args{data, scale_inv, output, columnwise != 0, r, k, stream};
+  st = run_on_device(output->device, args, TWE_DEVICE_FNS(dequantize_mxfp8));
+  return st ? st : succeed();
+}
+
+TweStatus twe_quantize_update_delayed_scaling(const TweTensorView* amax_history, const TweTensorView* scale,
+                                              TweTensorView* new_amax_history, TweTensorView* new_scale,
+                                              const TweDelayedScalingParams* params, void* stream) {
+  if (!present(amax_history) || !params) return fail(kTweInvalidArgument, "amax_history and params are required");
+  if (amax_history->ndim != 1 && amax_history->ndim != 2) {
+    return fail(kTweInvalidArgument, "amax_history must be (history_length,) or (history_length, slots)");
+  }
+  const int64_t length = amax_history->shape[0];
+  const int64_t slots = amax_history->ndim == 2 ? amax_history->shape[1] : 1;
+  if (length < 1) return fail(kTweInvalidArgument, "amax_history must hold at least one row");
+  const TweDevice dev = amax_history->device;
+  // A 1-D history (L,) is one slot: check it by element count.
+  const int64_t hist_rows = amax_history->ndim == 2 ? length : -1;
+  const int64_t hist_cols = amax_history->ndim == 2 ? slots : length;
+  TweStatus st = check_view(amax_history, "amax_history", kTweFloat32, hist_rows, hist_cols, dev);
+  if (st) return st;
+  if ((st = check_view(scale, "scale", kTweFloat32, -1, slots, dev))) return st;
+  if ((st = check_view(new_amax_history, "new_amax_history", kTweFloat32, hist_rows, hist_cols, dev))) return st;
+  if ((st = check_view(new_scale, "new_scale", kTweFloat32, -1, slots, dev))) return st;
+  if (params->algorithm != kTweAmaxMax && params->algorithm != kTweAmaxMostRecent) {
+    return fail(kTweInvalidArgument, "unknown amax algorithm");
+  }
+  if (params->margin < 0 || params->margin > 64) return fail(kTweInvalidArgument, "margin must be in [0, 64]");
+  DelayedUpdateArgs args{amax_history, scale, new_amax_history, new_scale, *params, length, slots, stream};
+  st = run_on_device(dev, args, TWE_DEVICE_FNS(update_delayed_scaling));
+  return st ? st : succeed();
+}
+
+}  // extern "C"

@@ -1,0 +1,131 @@
+/*! \file quantize.h
+ *  \brief Quantize / dequantize and the delayed-scaling update (NUMERICS.md §1–§5).
+ *
+ *  Supported formats:
+ *  - per-tensor FP8 (E4M3, E5M2), current scaling and delayed scaling (§3, §4);
+ *  - MXFP8: 1×32 blocks with E8M0 scales, 1D and 32×32 2D (§5).
+ *
+ *  Inputs are fp32, bf16 or fp16, contiguous, viewed as 2-D (R, K) with K the last
+ *  dimension. A TweQuantizedTensor member whose `data` is NULL is not produced.
+ *  CPU and CUDA implementations produce identical bytes.
+ */
+#ifndef TWINENGINE_QUANTIZE_H_
+#define TWINENGINE_QUANTIZE_H_
+
+#include "twinengine/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*! \brief FP8 element format. */
+typedef enum {
+  kTweE4M3 = 0,
+  kTweE5M2 = 1,
+} TweFP8Format;
+
+/*! \brief The tensors a quantize call writes (absent ones have data == NULL). */
+typedef struct {
+  TweTensorView rowwise_data;
+  TweTensorView rowwise_scale_inv;
+  TweTensorView columnwise_data;
+  TweTensorView columnwise_scale_inv;
+  TweTensorView amax;            /*!< fp32 (1,): amax of the input (per-tensor formats) */
+  TweTensorView columnwise_amax; /*!< fp32 (1,): amax of the columnwise copy (NVFP4) */
+} TweQuantizedTensor;
+
+/*! \brief Quantization parameters (fields unused by a format are ignored). */
+typedef struct {
+  TweFP8Format format;       /*!< element format of FP8 data */
+  float amax_epsilon;        /*!< lower bound on the amax (§2 step 1) */
+  int32_t force_pow2_scales; /*!< truncate scales to powers of two (§2 step 5) */
+  int32_t two_d;             /*!< MXFP8: 32×32 tiles share one exponent */
+} TweQuantizeParams;
+
+/*! \brief Per-tensor current scaling (§4): amax pass, scale from amax (§2), cast.
+ *  \param[in]     input   fp32/bf16/fp16 (R, K).
+ *  \param[in,out] output  rowwise_data (R, K) and/or columnwise_data (K, R) of the FP8 dtype,
+ *                         rowwise/columnwise_scale_inv fp32 (1,), amax fp32 (1,).
+ *  \param[in]     params  format, amax_epsilon, force_pow2_scales.
+ *  \param[in]     stream  cudaStream_t for CUDA views, ignored for CPU views.
+ */
+TweStatus twe_quantize_fp8_current(const TweTensorView* input, TweQuantizedTensor* output,
+                                   const TweQuantizeParams* params, void* stream);
+
+/*! \brief Per-tensor delayed scaling (§3): cast with a given scale, report the input amax.
+ *  \param[in]     input   fp32/bf16/fp16 (R, K).
+ *  \param[in]     scale   fp32 (1,): the encode scale s.
+ *  \param[in,out] output  as for twe_quantize_fp8_current; scale_inv = 1/s; amax of the
+ *                         unscaled input.
+ *  \param[in]     params  format.
+ *  \param[in]     stream  cudaStream_t for CUDA views.
+ */
+TweStatus twe_quantize_fp8_delayed(const TweTensorView* input, const TweTensorView* scale,
+                                   TweQuantizedTensor* output, const TweQuantizeParams* params,
+                                   void* stream);
+
+/*! \brief MXFP8 (§5): 1×32 rowwise and/or 32×1 columnwise blocks (or 32×32 tiles).
+ *  \param[in]     input   fp32/bf16/fp16 (R, K), R and K multiples of 32.
+ *  \param[in,out] output  rowwise_data (R, K) FP8 + rowwise_scale_inv uint8
+ *                         (roundup(R,128), roundup(K/32,4)); columnwise_data (R, K) FP8 +
+ *                         columnwise_scale_inv uint8 (roundup(R/32,4), roundup(K,128)).
+ *                         Scale padding is written as 0.
+ *  \param[in]     params  format, two_d.
+ *  \param[in]     stream  cudaStream_t for CUDA views.
+ */
+TweStatus twe_quantize_mxfp8(const TweTensorView* input, TweQuantizedTensor* output,
+                             const TweQuantizeParams* params, void* stream);
+
+/*! \brief Dequantize per-tensor FP8 data: x̂ = fl(q · s_inv), rounded to the output dtype.
+ *  \param[in]  data       FP8 (R, K), or (K, R) when `columnwise`.
+ *  \param[in]  scale_inv  fp32 (1,).
+ *  \param[out] output     fp32/bf16/fp16 (R, K).
+ *  \param[in]  columnwise 1 if `data` is the transposed columnwise copy.
+ *  \param[in]  stream     cudaStream_t for CUDA views.
+ */
+TweStatus twe_dequantize_fp8(const TweTensorView* data, const TweTensorView* scale_inv,
+                             TweTensorView* output, int32_t columnwise, void* stream);
+
+/*! \brief Dequantize MXFP8 data: x̂ = q · 2^(e−127), rounded to the output dtype.
+ *  \param[in]  data       FP8 (R, K).
+ *  \param[in]  scale_inv  uint8 E8M0 codes in the padded rowwise or columnwise layout.
+ *  \param[out] output     fp32/bf16/fp16 (R, K).
+ *  \param[in]  columnwise 1 if `data`/`scale_inv` are the columnwise (32×1 block) copy.
+ *  \param[in]  stream     cudaStream_t for CUDA views.
+ */
+TweStatus twe_dequantize_mxfp8(const TweTensorView* data, const TweTensorView* scale_inv,
+                               TweTensorView* output, int32_t columnwise, void* stream);
+
+/*! \brief Delayed-scaling algorithm for the amax history reduction. */
+typedef enum {
+  kTweAmaxMax = 0,
+  kTweAmaxMostRecent = 1,
+} TweAmaxAlgorithm;
+
+/*! \brief Parameters of the delayed-scaling update (§3). */
+typedef struct {
+  TweFP8Format format;
+  int32_t margin;
+  TweAmaxAlgorithm algorithm;
+} TweDelayedScalingParams;
+
+/*! \brief Delayed-scaling update (§3), functional: reads the state, writes the next state.
+ *  \param[in]  amax_history      fp32 (L, N): row 0 is the live amax of each of N slots.
+ *  \param[in]  scale             fp32 (N,).
+ *  \param[out] new_amax_history  fp32 (L, N): rolled history (unchanged for unused slots).
+ *  \param[out] new_scale         fp32 (N,).
+ *  \param[in]  params            format, margin, algorithm.
+ *  \param[in]  stream            cudaStream_t for CUDA views.
+ */
+TweStatus twe_quantize_update_delayed_scaling(const TweTensorView* amax_history,
+                                              const TweTensorView* scale,
+                                              TweTensorView* new_amax_history,
+                                              TweTensorView* new_scale,
+                                              const TweDelayedScalingParams* params,
+                                              void* stream);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // TWINENGINE_QUANTIZE_H_

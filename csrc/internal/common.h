@@ -1,0 +1,89 @@
+// Internal helpers shared by the ABI layer and the kernels (not part of the public ABI).
+#ifndef TWINENGINE_INTERNAL_COMMON_H_
+#define TWINENGINE_INTERNAL_COMMON_H_
+
+#include <cstdint>
+#include <string>
+
+#include "twinengine/common.h"
+#include "twinengine/numerics.h"
+
+namespace twe {
+
+/*! Records `message` as this thread's last error and returns `status`. */
+TweStatus fail(TweStatus status, const std::string& message);
+
+/*! Clears this thread's last error and returns kTweSuccess. */
+TweStatus succeed();
+
+inline bool present(const TweTensorView* v) { return v != nullptr && v->data != nullptr; }
+
+inline int64_t numel(const TweTensorView& v) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < v.ndim; ++i) n *= v.shape[i];
+  return n;
+}
+
+/*! Columns K of the view flattened to 2-D (R, K). */
+inline int64_t cols(const TweTensorView& v) { return v.ndim == 0 ? 1 : v.shape[v.ndim - 1]; }
+
+/*! Rows R of the view flattened to 2-D (R, K). */
+inline int64_t rows(const TweTensorView& v) {
+  const int64_t k = cols(v);
+  return k == 0 ? 0 : numel(v) / k;
+}
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+inline int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+const char* dtype_name(TweDType dtype);
+std::string shape_string(const TweTensorView& v);
+
+/*! Checks one view: present, expected dtype, expected 2-D shape (rows, cols) after flattening
+ *  (or exact numel when rows < 0), same device. Returns kTweSuccess or records an error. */
+TweStatus check_view(const TweTensorView* v, const char* name, TweDType dtype, int64_t expect_rows,
+                     int64_t expect_cols, TweDevice device);
+
+/*! Whether a dtype is a supported high-precision element type (fp32, bf16, fp16). */
+inline bool is_high_precision(TweDType d) { return d == kTweFloat32 || d == kTweBFloat16 || d == kTweFloat16; }
+
+// Element access for high-precision tensors.
+struct BFloat16 { uint16_t bits; };
+struct Float16 { uint16_t bits; };
+
+TWE_HOST_DEVICE float to_float(float v) { return v; }
+TWE_HOST_DEVICE float to_float(BFloat16 v) { return numerics::bf16_to_float(v.bits); }
+TWE_HOST_DEVICE float to_float(Float16 v) { return numerics::fp16_to_float(v.bits); }
+
+template <typename T> struct FromFloat;
+template <> struct FromFloat<float> { static TWE_HOST_DEVICE float apply(float v) { return v; } };
+template <> struct FromFloat<BFloat16> {
+  static TWE_HOST_DEVICE BFloat16 apply(float v) { return BFloat16{numerics::float_to_bf16(v)}; }
+};
+template <> struct FromFloat<Float16> {
+  static TWE_HOST_DEVICE Float16 apply(float v) { return Float16{numerics::float_to_fp16(v)}; }
+};
+
+/*! Calls fn(T{}) with T the C++ element type of a high-precision dtype. */
+template <typename Fn>
+TweStatus dispatch_high_precision(TweDType dtype, Fn&& fn) {
+  switch (dtype) {
+    case kTweFloat32: return fn(float{});
+    case kTweBFloat16: return fn(BFloat16{});
+    case kTweFloat16: return fn(Float16{});
+    default: return fail(kTweInvalidArgument, std::string("unsupported high-precision dtype ") + dtype_name(dtype));
+  }
+}
+
+/*! Largest finite value of a high-precision dtype (NUMERICS.md §6 inf_value). */
+inline float dtype_max(TweDType dtype) {
+  switch (dtype) {
+    case kTweBFloat16: return numerics::kBFloat16Max;
+    case kTweFloat16: return numerics::kFloat16Max;
+    default: return numerics::kFloatMax;
+  }
+}
+
+}  // namespace twe
+
+#endif  // TWINENGINE_INTERNAL_COMMON_H_

@@ -1,0 +1,61 @@
+// Validated arguments of the quantize family and the per-device kernel entry points.
+#ifndef TWINENGINE_INTERNAL_QUANTIZE_H_
+#define TWINENGINE_INTERNAL_QUANTIZE_H_
+
+#include "internal/common.h"
+#include "twinengine/quantize.h"
+
+namespace twe {
+
+/*! A quantize call after the ABI layer checked every view against the input's (R, K). */
+struct QuantizeArgs {
+  const TweTensorView* input;
+  const TweTensorView* scale;  // delayed scaling only
+  TweQuantizedTensor* output;
+  TweQuantizeParams params;
+  int64_t rows;
+  int64_t cols;
+  void* stream;
+};
+
+/*! A dequantize call: `data` (R, K) or transposed (K, R) when columnwise; output (R, K). */
+struct DequantizeArgs {
+  const TweTensorView* data;
+  const TweTensorView* scale_inv;
+  TweTensorView* output;
+  bool columnwise;
+  int64_t rows;
+  int64_t cols;
+  void* stream;
+};
+
+struct DelayedUpdateArgs {
+  const TweTensorView* amax_history;
+  const TweTensorView* scale;
+  TweTensorView* new_amax_history;
+  TweTensorView* new_scale;
+  TweDelayedScalingParams params;
+  int64_t history_length;
+  int64_t slots;
+  void* stream;
+};
+
+#define TWE_QUANTIZE_KERNELS(NS)                                 \
+  namespace NS {                                                 \
+  TweStatus quantize_fp8_current(const QuantizeArgs& args);      \
+  TweStatus quantize_fp8_delayed(const QuantizeArgs& args);      \
+  TweStatus quantize_mxfp8(const QuantizeArgs& args);            \
+  TweStatus dequantize_fp8(const DequantizeArgs& args);          \
+  TweStatus dequantize_mxfp8(const DequantizeArgs& args);        \
+  TweStatus update_delayed_scaling(const DelayedUpdateArgs& args); \
+  }
+
+TWE_QUANTIZE_KERNELS(cpu)
+#ifdef TWE_WITH_CUDA
+TWE_QUANTIZE_KERNELS(cuda)
+#endif
+#undef TWE_QUANTIZE_KERNELS
+
+}  // namespace twe
+
+#endif  // TWINENGINE_INTERNAL_QUANTIZE_H_

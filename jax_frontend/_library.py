@@ -1,0 +1,74 @@
+"""JAX glue shared by every op family: FFI target registration, dtype maps, the
+QuantizedTensor pytree, and calling a core KernelCall through jax.ffi."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _C
+from ..dtypes import canonical_dtype
+from ..ops.opdef import KernelCall
+from ..ops.quantize import ArrayMeta
+from ..quantized_tensor import QuantizedTensor
+
+_JAX_DTYPES = {
+    "float32": jnp.float32,
+    "bfloat16": jnp.bfloat16,
+    "float16": jnp.float16,
+    "float8_e4m3fn": jnp.float8_e4m3fn,
+    "float8_e5m2": jnp.float8_e5m2,
+    "uint8": jnp.uint8,
+    "int32": jnp.int32,
+    "int64": jnp.int64,
+    "uint32": jnp.uint32,
+}
+
+
+def jax_dtype(name: str):
+    return _JAX_DTYPES[name]
+
+
+def dtype_name(dtype) -> str:
+    return canonical_dtype(np.dtype(dtype).name)
+
+
+def meta(x) -> ArrayMeta | None:
+    """What core sees of an array: its shape and dtype name."""
+    if x is None:
+        return None
+    return ArrayMeta(tuple(x.shape), dtype_name(x.dtype))
+
+
+def _attr(value: int | float):
+    """Attributes typed as the handlers read them: int64 or float32."""
+    return np.float32(value) if isinstance(value, float) else np.int64(value)
+
+
+def ffi(call: KernelCall, inputs: list) -> list:
+    """Runs a planned kernel call as an XLA FFI custom call; returns its outputs.
+
+    vmap runs the call once per batch element, so batching never changes the numerics.
+    """
+    result_types = [jax.ShapeDtypeStruct(spec.shape, jax_dtype(spec.dtype)) for spec in call.outputs]
+    attrs = {name: _attr(value) for name, value in call.attrs}
+    return list(jax.ffi.ffi_call(call.ffi_target, result_types, vmap_method="sequential")(*inputs, **attrs))
+
+
+def _register_targets() -> None:
+    for name, platforms in _C.ffi_targets().items():
+        for platform, capsule in platforms.items():
+            jax.ffi.register_ffi_target(name, capsule, platform=platform)
+
+
+def _register_pytree() -> None:
+    jax.tree_util.register_pytree_node(
+        QuantizedTensor,
+        lambda qt: qt.tree_flatten(),
+        QuantizedTensor.tree_unflatten,
+    )
+
+
+_register_targets()
+_register_pytree()

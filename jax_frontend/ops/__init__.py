@@ -1,0 +1,1 @@
+"""twinengine.jax op families."""

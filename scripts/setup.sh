@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Sets up .venv/ in the repository root from nothing (idempotent): pinned CPU torch, jax,
+# the build tools, then twinengine itself (built with --no-build-isolation so no CUDA torch
+# is ever pulled into an isolated build environment).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check \
+  torch==2.13.0 jax==0.10.2 jaxlib==0.10.2 numpy ml_dtypes \
+  nanobind scikit-build-core pytest hypothesis tqdm matplotlib
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .

@@ -1,0 +1,10 @@
+"""twinengine.pytorch: twinengine ops for PyTorch, compile-clean (torch.compile(fullgraph=True)).
+
+Ops are ``torch.ops.twinengine.*`` custom ops with fake impls from the shared core shape
+functions; quantizers are opaque value types baked into FX graphs.
+"""
+
+from . import _library  # noqa: F401  (registers opaque quantizer types and the QuantizedTensor pytree)
+from .ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
+
+__all__ = ["dequantize", "quantize", "record_amax", "update_delayed_scaling"]

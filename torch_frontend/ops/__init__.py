@@ -1,0 +1,1 @@
+"""torch.ops.twinengine.* op families."""
