@@ -62,11 +62,16 @@ def empty_outputs(call: KernelCall, device: torch.device) -> list[torch.Tensor]:
 
 
 def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """Runs a planned kernel call on the current stream of `device`; returns its outputs."""
+    """Runs a planned kernel call on the current stream of `device` (made the current CUDA
+    device for the call, as the CUDA kernels require); returns its outputs."""
     inputs = [t.contiguous() for t in inputs]
     outputs = empty_outputs(call, device)
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    _C.call(call.op, [_view(t) for t in inputs], [_view(t) for t in outputs], call.attr_dict(), stream)
+    views = ([_view(t) for t in inputs], [_view(t) for t in outputs])
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            _C.call(call.op, *views, call.attr_dict(), torch.cuda.current_stream(device).cuda_stream)
+    else:
+        _C.call(call.op, *views, call.attr_dict(), 0)
     return outputs
 
 

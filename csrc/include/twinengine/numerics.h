@@ -15,11 +15,12 @@
 
 #include <stdint.h>
 
+#include <cmath>
+#include <cstring>
+
 #if defined(__CUDACC__)
 #define TWE_HOST_DEVICE __host__ __device__ __forceinline__
 #else
-#include <cmath>
-#include <cstring>
 #define TWE_HOST_DEVICE inline
 #endif
 

@@ -8,6 +8,11 @@
  *  Inputs are fp32, bf16 or fp16, contiguous, viewed as 2-D (R, K) with K the last
  *  dimension. A TweQuantizedTensor member whose `data` is NULL is not produced.
  *  CPU and CUDA implementations produce identical bytes.
+ *
+ *  CUDA views: the calling thread's current device must be the views' device; the kernels
+ *  run asynchronously on `stream` and never synchronise with the host (a per-tensor amax is
+ *  reduced and consumed in device memory), so calls can be captured into CUDA graphs and
+ *  XLA command buffers.
  */
 #ifndef TWINENGINE_QUANTIZE_H_
 #define TWINENGINE_QUANTIZE_H_
