@@ -120,10 +120,11 @@ __device__ __forceinline__ float block_amax(float a) {
   return a;
 }
 
-/*! Raises *amax to a. Amaxes are non-negative and never NaN, so their float order is the order
- *  of their bit patterns as unsigned integers; *amax must start at +0. */
+/*! Raises *amax (which must start at +0) to the amax `a`, by atomicMax on amax keys (the
+ *  order of the keys is the order of the amaxes). */
 __device__ __forceinline__ void atomic_amax(float* amax, float a) {
-  if (a > 0.0f) atomicMax(reinterpret_cast<unsigned int*>(amax), numerics::float_to_bits(a));
+  const uint32_t key = numerics::amax_key(a);
+  if (key != 0u) atomicMax(reinterpret_cast<unsigned int*>(amax), key);
 }
 
 /*! The per-tensor encode scale: read from `src` (delayed), or computed from the amax in `src`
