@@ -16,11 +16,12 @@
 
 #include <stdint.h>
 
+#include <cmath>
+#include <cstring>  // host side of float_to_bits / bits_to_float, also under nvcc
+
 #if defined(__CUDACC__)
 #define TWE_HOST_DEVICE __host__ __device__ __forceinline__
 #else
-#include <cmath>
-#include <cstring>
 #define TWE_HOST_DEVICE inline
 #endif
 
