@@ -9,7 +9,8 @@ GB/s and the ratio to the copy.
 
 On CUDA each measurement is a CUDA graph of --iters back-to-back calls (no Python launch
 overhead in the timing), timed with CUDA events; the copy is timed the same way. Current
-scaling reads its input twice (amax pass, then cast), so its ratio is bounded well below 1.
+scaling and NVFP4 read their input more than once (global amax pass(es) before the casts), so
+their ratios are bounded well below 1.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ QUANTIZERS = {
     "mxfp8 (row)": te.MXFP8Quantizer("e4m3", columnwise=False),
     "mxfp8 (col)": te.MXFP8Quantizer("e4m3", rowwise=False),
     "mxfp8 2d (row+col)": te.MXFP8Quantizer("e4m3", with_2d_quantization=True),
+    "fp8 block 1x128 (row+col)": te.Float8BlockQuantizer("e4m3", block_scaling_dim=1),
+    "fp8 block 128x128 (row+col)": te.Float8BlockQuantizer("e4m3", block_scaling_dim=2),
+    "nvfp4 (row+col)": te.NVFP4Quantizer(),
+    "nvfp4 2d (row+col)": te.NVFP4Quantizer(with_2d_quantization=True),
+    "nvfp4 rht+sr (row+col)": te.NVFP4Quantizer(with_rht=True, stochastic_rounding=True),
 }
 
 DEQUANTIZE = {  # name -> (quantizer, columnwise copy)
@@ -37,6 +43,10 @@ DEQUANTIZE = {  # name -> (quantizer, columnwise copy)
     "dequantize fp8 (col)": (te.Float8CurrentScalingQuantizer("e4m3"), True),
     "dequantize mxfp8 (row)": (te.MXFP8Quantizer("e4m3"), False),
     "dequantize mxfp8 (col)": (te.MXFP8Quantizer("e4m3"), True),
+    "dequantize fp8 block (row)": (te.Float8BlockQuantizer("e4m3"), False),
+    "dequantize fp8 block (col)": (te.Float8BlockQuantizer("e4m3"), True),
+    "dequantize nvfp4 (row)": (te.NVFP4Quantizer(), False),
+    "dequantize nvfp4 (col)": (te.NVFP4Quantizer(), True),
 }
 
 
@@ -98,6 +108,7 @@ def main() -> None:
     torch.manual_seed(0)
     x = torch.randn(rows, cols).to(getattr(torch, args.dtype)).to(args.device)
     scale = torch.tensor([0.5], device=args.device)
+    rng = torch.tensor([0, 0], device=args.device)  # [seed, offset] for stochastic rounding
     if cuda:
         print(f"CUDA {torch.cuda.get_device_name()}, input {rows}x{cols} {args.dtype}, torch {torch.__version__}, "
               f"CUDA graphs of {args.iters} calls")
@@ -111,11 +122,16 @@ def main() -> None:
         dst = torch.empty_like(src)
         copy_seconds = timed(lambda: dst.copy_(src))
         gbps, copy_gbps = nbytes / seconds / 1e9, nbytes / copy_seconds / 1e9
-        print(f"{name:<26}{seconds * 1e3:>9.3f}{gbps:>10.1f}{copy_gbps:>11.1f}{gbps / copy_gbps:>8.3f}")
+        print(f"{name:<30}{seconds * 1e3:>9.3f}{gbps:>10.1f}{copy_gbps:>11.1f}{gbps / copy_gbps:>8.3f}")
 
-    print(f"{'kernel':<26}{'ms':>9}{'GB/s':>10}{'copy GB/s':>11}{'ratio':>8}")
+    print(f"{'kernel':<30}{'ms':>9}{'GB/s':>10}{'copy GB/s':>11}{'ratio':>8}")
     for name, q in QUANTIZERS.items():
+        if getattr(q, "with_rht", False) and args.dtype != "bfloat16":
+            print(f"{name:<30}  skipped: the RHT needs bfloat16 input")
+            continue
         kwargs = {"scale": scale} if q.scaling_mode == "fp8_delayed" else {}
+        if getattr(q, "stochastic_rounding", False):
+            kwargs["rng"] = rng
         qt = tep.quantize(x, q, **kwargs)
         nbytes = tensor_bytes([x, *qt.tree_flatten()[0]])
         row(name, nbytes, lambda: tep.quantize(x, q, **kwargs))
@@ -123,7 +139,8 @@ def main() -> None:
         qt = tep.quantize(x, q)
         prefix = "columnwise" if columnwise else "rowwise"
         out = tep.dequantize(qt, x.dtype, columnwise=columnwise)
-        nbytes = tensor_bytes([getattr(qt, f"{prefix}_data"), getattr(qt, f"{prefix}_scale_inv"), out])
+        amax = getattr(qt, "columnwise_amax" if columnwise else "amax") if q.scaling_mode == "nvfp4" else None
+        nbytes = tensor_bytes([getattr(qt, f"{prefix}_data"), getattr(qt, f"{prefix}_scale_inv"), amax, out])
         row(name, nbytes, lambda: tep.dequantize(qt, x.dtype, columnwise=columnwise))
 
 

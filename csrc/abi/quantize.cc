@@ -35,14 +35,19 @@ TweStatus check_input(const TweTensorView* input) {
   return kTweSuccess;
 }
 
+TweStatus check_copies_requested(const TweQuantizedTensor* out) {
+  if (!present(&out->rowwise_data) && !present(&out->columnwise_data)) {
+    return fail(kTweInvalidArgument, "at least one of rowwise_data and columnwise_data must be requested");
+  }
+  return kTweSuccess;
+}
+
 TweStatus check_per_tensor_outputs(const TweTensorView* input, TweQuantizedTensor* out, TweFP8Format format,
                                    bool needs_amax) {
   const int64_t r = rows(*input), k = cols(*input);
   const TweDevice dev = input->device;
-  TweStatus st = kTweSuccess;
-  if (!present(&out->rowwise_data) && !present(&out->columnwise_data)) {
-    return fail(kTweInvalidArgument, "at least one of rowwise_data and columnwise_data must be requested");
-  }
+  TweStatus st = check_copies_requested(out);
+  if (st) return st;
   if (present(&out->rowwise_data)) {
     if ((st = check_view(&out->rowwise_data, "rowwise_data", fp8_dtype(format), r, k, dev))) return st;
     if ((st = check_view(&out->rowwise_scale_inv, "rowwise_scale_inv", kTweFloat32, -1, 1, dev))) return st;
@@ -53,13 +58,6 @@ TweStatus check_per_tensor_outputs(const TweTensorView* input, TweQuantizedTenso
   }
   if (needs_amax || present(&out->amax)) {
     if ((st = check_view(&out->amax, "amax", kTweFloat32, -1, 1, dev))) return st;
-  }
-  return kTweSuccess;
-}
-
-TweStatus check_copies_requested(const TweQuantizedTensor* out) {
-  if (!present(&out->rowwise_data) && !present(&out->columnwise_data)) {
-    return fail(kTweInvalidArgument, "at least one of rowwise_data and columnwise_data must be requested");
   }
   return kTweSuccess;
 }
@@ -156,9 +154,7 @@ TweStatus twe_quantize_mxfp8(const TweTensorView* input, TweQuantizedTensor* out
   }
   const TweDevice dev = input->device;
   const TweDType dt = fp8_dtype(params->format);
-  if (!present(&output->rowwise_data) && !present(&output->columnwise_data)) {
-    return fail(kTweInvalidArgument, "at least one of rowwise_data and columnwise_data must be requested");
-  }
+  if ((st = check_copies_requested(output))) return st;
   if (present(&output->rowwise_data)) {
     if ((st = check_view(&output->rowwise_data, "rowwise_data", dt, r, k, dev))) return st;
     if ((st = check_view(&output->rowwise_scale_inv, "rowwise_scale_inv", kTweUInt8, round_up(r, 128),

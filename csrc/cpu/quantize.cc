@@ -331,11 +331,13 @@ void nvfp4_copy(const T* c, int64_t rows, int64_t cols, bool two_d, const SrStat
 template <typename T>
 std::vector<float> nvfp4_columnwise_operand(const T* x, int64_t R, int64_t K, bool rht) {
   std::vector<float> xt(static_cast<size_t>(R * K));
-  for (int64_t k = 0; k < K; ++k) {
-    for (int64_t r0 = 0; r0 < R; r0 += numerics::kRHTSize) {
+  for (int64_t r0 = 0; r0 < R; r0 += numerics::kRHTSize) {  // 16 input rows stay in cache
+    for (int64_t k = 0; k < K; ++k) {
       float chunk[numerics::kRHTSize];
       for (int j = 0; j < numerics::kRHTSize; ++j) chunk[j] = to_float(x[(r0 + j) * K + k]);
-      for (int i = 0; i < numerics::kRHTSize; ++i) xt[k * R + r0 + i] = rht ? numerics::rht_output(chunk, i) : chunk[i];
+      float* out = xt.data() + k * R + r0;
+      if (rht) numerics::rht_chunk(chunk, out);
+      else std::copy(chunk, chunk + numerics::kRHTSize, out);
     }
   }
   return xt;

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include <cmath>
-#include <cstring>
+#include <cstring>  // host side of float_to_bits / bits_to_float, also under nvcc
 
 #if defined(__CUDACC__)
 #define TWE_HOST_DEVICE __host__ __device__ __forceinline__
@@ -289,11 +289,11 @@ constexpr uint8_t kE2M1SignBit = 0x8;
 /*! E2M1 code of +6, also the code of NaN (FP4 has no NaN). */
 constexpr uint8_t kE2M1MaxCode = 0x7;
 
-/*! E2M1 code (0..7) of a magnitude that lies exactly on the grid {0, .5, 1, 1.5, 2, 3, 4, 6}. */
-TWE_HOST_DEVICE uint8_t e2m1_grid_code(float magnitude) {
-  if (magnitude < 2.0f) return static_cast<uint8_t>(magnitude * 2.0f);  // 0, .5, 1, 1.5 -> 0..3
-  if (magnitude < 4.0f) return static_cast<uint8_t>(magnitude + 2.0f);  // 2, 3 -> 4, 5
-  return magnitude < 6.0f ? 6 : 7;                                      // 4 -> 6, 6 -> 7
+/*! E2M1 code (0..7) of the largest grid value {0, .5, 1, 1.5, 2, 3, 4, 6} that is <= m
+ *  (m >= 0; +inf gives 7, the code of 6). */
+TWE_HOST_DEVICE uint8_t e2m1_floor_code(float m) {
+  return static_cast<uint8_t>((m >= 0.5f) + (m >= 1.0f) + (m >= 1.5f) + (m >= 2.0f) + (m >= 3.0f) + (m >= 4.0f) +
+                              (m >= 6.0f));
 }
 
 /*! Round-to-nearest-even cast of v to an E2M1 code: |v| > 6 (and ±inf) -> ±6, NaN -> +6
@@ -302,27 +302,22 @@ TWE_HOST_DEVICE uint8_t float_to_e2m1(float v) {
   if (is_nan(v)) return kE2M1MaxCode;
   const uint8_t sign = (float_to_bits(v) >> 31) ? kE2M1SignBit : 0;
   const float a = abs_value(v);
-  // Midpoints between grid values; ties go to the even code.
-  uint8_t code;
-  if (a <= 0.25f) code = 0;
-  else if (a < 0.75f) code = 1;
-  else if (a <= 1.25f) code = 2;
-  else if (a < 1.75f) code = 3;
-  else if (a <= 2.5f) code = 4;
-  else if (a < 3.5f) code = 5;
-  else if (a <= 5.0f) code = 6;
-  else code = 7;
+  // Count the midpoints between grid values that a lies above; at a midpoint (a tie) the
+  // comparison is strict below an odd code and inclusive below an even one: ties to even.
+  const int code = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
   return static_cast<uint8_t>(sign | code);
 }
 
 /*! Grid spacing of E2M1 at magnitude m (§7 step 9): 0.5 below 2, 1 in [2, 4), 2 from 4 on. */
 TWE_HOST_DEVICE float e2m1_step(float magnitude) {
-  return magnitude < 2.0f ? 0.5f : (magnitude < 4.0f ? 1.0f : 2.0f);
+  const uint32_t exponent = 126u + (magnitude >= 2.0f) + (magnitude >= 4.0f);  // 2^-1, 2^0, 2^1
+  return bits_to_float(exponent << 23);
 }
 
 /*! Stochastic rounding of v to an E2M1 code with one random byte k (§7 step 9):
- *  t = fl(|v| + (k/256)·step(|v|)), q = min(floor(t/step(t))·step(t), 6), sign restored,
- *  NaN -> +6. The product and the division are exact (powers of two). */
+ *  t = fl(|v| + (k/256)·step(|v|)) (the product is exact), q = min(floor(t/step(t))·step(t), 6)
+ *  with the sign restored, NaN -> +6. floor(t/step(t))·step(t) is the largest grid value <= t
+ *  for t < 8, and is >= 6 from t = 6 on, so q is the grid floor of t capped at 6. */
 TWE_HOST_DEVICE uint8_t float_to_e2m1_stochastic(float v, uint8_t random_byte) {
   if (is_nan(v)) return kE2M1MaxCode;
   const uint8_t sign = (float_to_bits(v) >> 31) ? kE2M1SignBit : 0;
@@ -330,14 +325,7 @@ TWE_HOST_DEVICE uint8_t float_to_e2m1_stochastic(float v, uint8_t random_byte) {
   const float u = static_cast<float>(random_byte) * 0.00390625f;  // k / 256, exact
   const float increment = u * e2m1_step(a);                        // exact
   const float t = a + increment;
-  const float step = e2m1_step(t);
-#if defined(__CUDA_ARCH__)
-  float q = floorf(t / step) * step;
-#else
-  float q = std::floor(t / step) * step;
-#endif
-  if (!(q < kE2M1Max)) q = kE2M1Max;  // also catches +inf
-  return static_cast<uint8_t>(sign | e2m1_grid_code(q));
+  return static_cast<uint8_t>(sign | e2m1_floor_code(t));
 }
 
 /*! Exact value of an E2M1 code (low 4 bits). */
@@ -430,6 +418,11 @@ TWE_HOST_DEVICE float rht_output(const float* x, int i) {
     acc = acc + product;
   }
   return bf16_to_float(float_to_bf16(acc));
+}
+
+/*! All 16 outputs y[i] = rht_output(x, i) of one chunk. */
+TWE_HOST_DEVICE void rht_chunk(const float* x, float* y) {
+  for (int i = 0; i < kRHTSize; ++i) y[i] = rht_output(x, i);
 }
 
 // ---------------------------------------------------------------------------------------
