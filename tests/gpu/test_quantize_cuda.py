@@ -14,6 +14,9 @@ import numpy as np
 import pytest
 import torch
 from helpers import INPUT_FAMILIES, assert_bytes_equal, assert_quantized_equal, fields_as_numpy, from_torch, make_input, to_torch
+from quantize_block_cases import FP8_BLOCK_QUANTIZERS, NVFP4_QUANTIZERS, block_cases, dtypes_for, rng_for
+from quantize_block_cases import reference_dequantize as block_reference_dequantize
+from quantize_block_cases import reference_quantize as block_reference_quantize
 from quantize_cases import MXFP8_QUANTIZERS, PER_TENSOR_QUANTIZERS, case_id, cases, reference_dequantize, reference_quantize, scale_for
 from reference import quantize as ref
 
@@ -38,11 +41,35 @@ GPU_PER_TENSOR_SHAPES = [(65, 130), (2, 33, 47), (256, 1000), (130, 8)]
 GPU_MXFP8_SHAPES = [(96, 160), (128, 256), (160, 4128)]
 GPU_CASES = ([(q, s) for q in PER_TENSOR_QUANTIZERS for s in GPU_PER_TENSOR_SHAPES]
              + [(q, s) for q in MXFP8_QUANTIZERS for s in GPU_MXFP8_SHAPES])
+# FP8 block: several 128x128 tiles; NVFP4: partial rowwise (16x256) and columnwise (64x64) tiles.
+GPU_FP8_BLOCK_SHAPES = [(256, 384), (384, 128)]
+GPU_NVFP4_SHAPES = [(80, 272), (2, 48, 96), (256, 512)]
+GPU_BLOCK_CASES = ([(q, s, d) for q in FP8_BLOCK_QUANTIZERS for s in GPU_FP8_BLOCK_SHAPES for d in dtypes_for(q)]
+                   + [(q, s, d) for q in NVFP4_QUANTIZERS for s in GPU_NVFP4_SHAPES for d in dtypes_for(q)])
+BLOCK_QUANTIZERS = FP8_BLOCK_QUANTIZERS + NVFP4_QUANTIZERS
+# (quantizer, input dtype) pairs valid for every quantizer (the RHT of a columnwise copy needs bf16).
+QUANTIZER_DTYPES = [(q, d) for q in PER_TENSOR_QUANTIZERS + MXFP8_QUANTIZERS + BLOCK_QUANTIZERS
+                    for d in DTYPES if d in dtypes_for(q)]
 
 
 def _scale_tensor(q: te.Quantizer, device) -> torch.Tensor | None:
     scale = scale_for(q)
     return None if scale is None else torch.from_numpy(scale).to(device)
+
+
+def _rng_tensor(q: te.Quantizer, device, dtype: torch.dtype = torch.int64) -> torch.Tensor | None:
+    """The [seed, offset] array for a stochastic-rounding quantizer (low 32 bits are used)."""
+    state = rng_for(q)
+    if state is None:
+        return None
+    bits = state.astype(np.uint32)
+    values = bits.view(np.int32) if dtype == torch.int32 else bits.astype(np.int64)
+    return torch.from_numpy(values).to(device)
+
+
+def _quantize(x: torch.Tensor, q: te.Quantizer) -> te.QuantizedTensor:
+    """twinengine.pytorch.quantize with the scale / rng the quantizer takes, on x's device."""
+    return tep.quantize(x, q, scale=_scale_tensor(q, x.device), rng=_rng_tensor(q, x.device))
 
 
 def _on_device(qt: te.QuantizedTensor, device) -> te.QuantizedTensor:
@@ -75,6 +102,30 @@ def test_quantize_cuda_matches_cpu_and_reference(q, shape, family, dtype):
     assert_quantized_equal(got_fields, reference_quantize(x_np, q), f"CUDA vs reference {context}")
 
 
+@pytest.mark.parametrize("family", INPUT_FAMILIES)
+@pytest.mark.parametrize("q,shape,dtype", block_cases() + GPU_BLOCK_CASES, ids=case_id)
+def test_quantize_block_formats_cuda_match_cpu_and_reference(q, shape, dtype, family):
+    """FP8 block (§6) and NVFP4 (§7, incl. RHT, Philox stochastic rounding and 2D tiles)."""
+    x_np = make_input(family, shape, dtype, seed=31)
+    x = to_torch(x_np)
+    got = _quantize(x.to(DEVICE), q)
+    _assert_on_device(got)
+    got_fields = fields_as_numpy(got)
+    context = f"{case_id(q)} {shape} {family} {dtype}"
+    assert_quantized_equal(got_fields, fields_as_numpy(_quantize(x, q)), f"CUDA vs CPU {context}")
+    assert_quantized_equal(got_fields, block_reference_quantize(x_np, q, rng_for(q)), f"CUDA vs reference {context}")
+
+
+@pytest.mark.parametrize("rng_dtype", [torch.int32, torch.int64], ids=str)
+def test_quantize_nvfp4_rng_read_on_device_for_every_dtype(rng_dtype):
+    """The [seed, offset] array stays on the device (no host read) and only its low 32 bits count."""
+    q = te.NVFP4Quantizer(with_rht=True, stochastic_rounding=True)
+    x = to_torch(make_input("mixed_scales", (64, 128), "bfloat16", seed=32))
+    got = tep.quantize(x.to(DEVICE), q, rng=_rng_tensor(q, DEVICE, rng_dtype))
+    want = tep.quantize(x, q, rng=_rng_tensor(q, "cpu"))
+    assert_quantized_equal(fields_as_numpy(got), fields_as_numpy(want), f"rng {rng_dtype}")
+
+
 def _unaligned(x: torch.Tensor) -> torch.Tensor:
     """A contiguous copy of x whose data pointer is one element past an aligned address."""
     storage = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
@@ -83,16 +134,14 @@ def _unaligned(x: torch.Tensor) -> torch.Tensor:
     return view
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("q", PER_TENSOR_QUANTIZERS + MXFP8_QUANTIZERS, ids=case_id)
+@pytest.mark.parametrize("q,dtype", QUANTIZER_DTYPES, ids=case_id)
 def test_quantize_unaligned_input_cuda_matches_cpu(q, dtype):
     """Inputs off a 16-byte boundary take the kernels' scalar-load path: same bytes."""
-    x = to_torch(make_input("nan_inf", (64, 128), dtype, seed=22))
+    x = to_torch(make_input("nan_inf", (128, 256), dtype, seed=22))
     x_dev = _unaligned(x.to(DEVICE))
     assert x_dev.data_ptr() % 16 != 0
-    got = tep.quantize(x_dev, q, scale=_scale_tensor(q, DEVICE))
-    want = tep.quantize(x, q, scale=_scale_tensor(q, "cpu"))
-    assert_quantized_equal(fields_as_numpy(got), fields_as_numpy(want), f"unaligned {case_id(q)} {dtype}")
+    got = _quantize(x_dev, q)
+    assert_quantized_equal(fields_as_numpy(got), fields_as_numpy(_quantize(x, q)), f"unaligned {case_id(q)} {dtype}")
 
 
 # ---- dequantize ---------------------------------------------------------------------------
@@ -113,6 +162,25 @@ def test_dequantize_cuda_matches_cpu_and_reference(q, shape, out_dtype):
         context = f"dequantize {case_id(q)} {shape} columnwise={columnwise}"
         assert_bytes_equal(from_torch(got), from_torch(want), f"CUDA vs CPU {context}")
         assert_bytes_equal(from_torch(got), reference_dequantize(fields, q, shape, out_dtype, columnwise),
+                           f"CUDA vs reference {context}")
+
+
+@pytest.mark.parametrize("out_dtype", DTYPES)
+@pytest.mark.parametrize("q,shape,dtype", block_cases() + GPU_BLOCK_CASES, ids=case_id)
+def test_dequantize_block_formats_cuda_match_cpu_and_reference(q, shape, dtype, out_dtype):
+    x_np = make_input("mixed_scales", shape, dtype, seed=33)
+    qt = _quantize(to_torch(x_np), q)
+    qt_dev = _on_device(qt, DEVICE)
+    fields = block_reference_quantize(x_np, q, rng_for(q))
+    for columnwise in (False, True):
+        if not (q.columnwise if columnwise else q.rowwise):
+            continue
+        got = tep.dequantize(qt_dev, TORCH_DTYPES[out_dtype], columnwise=columnwise)
+        assert got.device.type == torch.device(DEVICE).type and tuple(got.shape) == shape
+        want = tep.dequantize(qt, TORCH_DTYPES[out_dtype], columnwise=columnwise)
+        context = f"dequantize {case_id(q)} {shape} columnwise={columnwise}"
+        assert_bytes_equal(from_torch(got), from_torch(want), f"CUDA vs CPU {context}")
+        assert_bytes_equal(from_torch(got), block_reference_dequantize(fields, q, shape, out_dtype, columnwise),
                            f"CUDA vs reference {context}")
 
 
@@ -161,12 +229,16 @@ CAPTURE_QUANTIZERS = [
     te.Float8DelayedScalingQuantizer("e4m3"),
     te.MXFP8Quantizer("e4m3"),
     te.MXFP8Quantizer("e5m2", with_2d_quantization=True),
+    te.Float8BlockQuantizer("e4m3", block_scaling_dim=1),
+    te.Float8BlockQuantizer("e4m3", block_scaling_dim=2),
+    te.NVFP4Quantizer(with_rht=True, stochastic_rounding=True),
+    te.NVFP4Quantizer(with_2d_quantization=True),
 ]
 
 
-def _roundtrip(x, q, scale):
+def _roundtrip(x, q, scale, rng):
     """quantize, then dequantize every copy the quantizer makes."""
-    qt = tep.quantize(x, q, scale=scale)
+    qt = tep.quantize(x, q, scale=scale, rng=rng)
     rows = tep.dequantize(qt, torch.float32) if q.rowwise else None
     cols = tep.dequantize(qt, torch.bfloat16, columnwise=True) if q.columnwise else None
     return qt, rows, cols
@@ -185,21 +257,22 @@ def test_quantize_cuda_graph_replay_matches_eager(q):
     """Capturable: no host synchronisation; the amax reset and reduction replay on the device."""
     shape = (256, 512)
     static_x = to_torch(make_input("normal_1", shape, "bfloat16", seed=25)).to(DEVICE)
-    scale = _scale_tensor(q, DEVICE)
+    scale, rng = _scale_tensor(q, DEVICE), _rng_tensor(q, DEVICE)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up outside the capture, as torch.cuda.graph expects
-        _roundtrip(static_x, q, scale)
+        _roundtrip(static_x, q, scale, rng)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = _roundtrip(static_x, q, scale)
+        captured = _roundtrip(static_x, q, scale, rng)
     for family in ("mixed_scales", "nan_inf", "normal_1e3"):
         x = to_torch(make_input(family, shape, "bfloat16", seed=26))
         static_x.copy_(x.to(DEVICE))
         graph.replay()
         torch.cuda.synchronize()
-        _assert_roundtrip_equal(captured, _roundtrip(x, q, _scale_tensor(q, "cpu")), f"graph replay {family}")
+        want = _roundtrip(x, q, _scale_tensor(q, "cpu"), _rng_tensor(q, "cpu"))
+        _assert_roundtrip_equal(captured, want, f"graph replay {family}")
 
 
 def test_quantize_runs_on_the_current_stream():
@@ -226,29 +299,30 @@ def test_quantize_on_a_non_current_device_matches_cpu():
 
 # ---- torch.compile on CUDA ----------------------------------------------------------------
 
-_COMPILED_ROUNDTRIP = torch.compile(_roundtrip, fullgraph=True, backend="inductor")
-
-
 @pytest.mark.parametrize("q", CAPTURE_QUANTIZERS, ids=case_id)
 def test_quantize_compiled_cuda_matches_eager(q):
+    torch._dynamo.reset()  # each quantizer value is its own graph: stay under the recompile limit
+    compiled = torch.compile(_roundtrip, fullgraph=True, backend="inductor")
     x = to_torch(make_input("nan_inf", (128, 256), "bfloat16", seed=29)).to(DEVICE)
-    scale = _scale_tensor(q, DEVICE)
-    _assert_roundtrip_equal(_COMPILED_ROUNDTRIP(x, q, scale), _roundtrip(x, q, scale), f"compiled {case_id(q)}")
+    scale, rng = _scale_tensor(q, DEVICE), _rng_tensor(q, DEVICE)
+    _assert_roundtrip_equal(compiled(x, q, scale, rng), _roundtrip(x, q, scale, rng), f"compiled {case_id(q)}")
 
 
-@pytest.mark.parametrize("q", [te.Float8CurrentScalingQuantizer("e4m3"), te.MXFP8Quantizer("e4m3")], ids=case_id)
+@pytest.mark.parametrize("q", [te.Float8CurrentScalingQuantizer("e4m3"), te.MXFP8Quantizer("e4m3"),
+                               te.Float8BlockQuantizer("e4m3"), te.NVFP4Quantizer(with_rht=True)], ids=case_id)
 def test_quantize_reduce_overhead_cuda_graphs_match_eager(q):
     from torch._dynamo.utils import counters
 
+    torch._dynamo.reset()
     counters.clear()
     compiled = torch.compile(_roundtrip, fullgraph=True, mode="reduce-overhead")
     for seed in range(30, 34):  # warm-up, recording, then replays on new data
         x = to_torch(make_input("mixed_scales", (128, 256), "bfloat16", seed=seed)).to(DEVICE)
-        got = compiled(x, q, None)
+        got = compiled(x, q, None, None)
         got = (dataclasses.replace(got[0], **{f: getattr(got[0], f).clone() for f in ARRAY_FIELDS
                                               if getattr(got[0], f) is not None}),
                *(None if t is None else t.clone() for t in got[1:]))
-        _assert_roundtrip_equal(got, _roundtrip(x, q, None), f"reduce-overhead call {seed - 30}")
+        _assert_roundtrip_equal(got, _roundtrip(x, q, None, None), f"reduce-overhead call {seed - 30}")
     assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
 
 
@@ -282,31 +356,32 @@ def _jax_gpu():
         pytest.skip("jax has no GPU backend (install a CUDA jaxlib plugin)")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("q", PER_TENSOR_QUANTIZERS + MXFP8_QUANTIZERS, ids=case_id)
+@pytest.mark.parametrize("q,dtype", QUANTIZER_DTYPES, ids=case_id)
 def test_quantize_jit_on_gpu_matches_torch_cuda(q, dtype):
     jax, gpu = _jax_gpu()
     import twinengine.jax as tej
 
-    x_np = make_input("nan_inf", (96, 160), dtype, seed=35)
-    scale = scale_for(q)
+    x_np = make_input("nan_inf", (128, 256), dtype, seed=35)
+    scale, rng = scale_for(q), rng_for(q)
 
     @jax.jit
-    def run(x, scale):
-        qt = tej.quantize(x, q, scale=scale)
+    def run(x, scale, rng):
+        qt = tej.quantize(x, q, scale=scale, rng=rng)
         rows = tej.dequantize(qt, np.float32) if q.rowwise else None
         cols = tej.dequantize(qt, np.float32, columnwise=True) if q.columnwise else None
         return qt, rows, cols
 
-    got = run(jax.device_put(x_np, gpu), None if scale is None else jax.device_put(scale, gpu))
+    got = run(jax.device_put(x_np, gpu), None if scale is None else jax.device_put(scale, gpu),
+              None if rng is None else jax.device_put(rng, gpu))
     for field in ARRAY_FIELDS:
         if getattr(got[0], field) is not None:
             assert gpu in getattr(got[0], field).devices(), f"{field} is not on the GPU"
-    x_dev = to_torch(x_np).to(DEVICE)
-    want_qt = tep.quantize(x_dev, q, scale=_scale_tensor(q, DEVICE))
+    want_qt = _quantize(to_torch(x_np).to(DEVICE), q)
     context = f"jax vs torch {case_id(q)} {dtype}"
     assert_quantized_equal(fields_as_numpy(got[0]), fields_as_numpy(want_qt), context)
-    assert_quantized_equal(fields_as_numpy(got[0]), reference_quantize(x_np, q), f"jax vs reference {case_id(q)}")
+    expected = (block_reference_quantize(x_np, q, rng) if q.scaling_mode in ("fp8_block", "nvfp4")
+                else reference_quantize(x_np, q))
+    assert_quantized_equal(fields_as_numpy(got[0]), expected, f"jax vs reference {case_id(q)}")
     for columnwise, g in ((False, got[1]), (True, got[2])):
         if g is not None:
             want = tep.dequantize(want_qt, torch.float32, columnwise=columnwise)
