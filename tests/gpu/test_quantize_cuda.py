@@ -126,6 +126,38 @@ def test_quantize_nvfp4_rng_read_on_device_for_every_dtype(rng_dtype):
     assert_quantized_equal(fields_as_numpy(got), fields_as_numpy(want), f"rng {rng_dtype}")
 
 
+def _fp8_cast_probe(fmt: str) -> np.ndarray:
+    """fp32 values around every rounding decision of an FP8 cast: all bf16 bit patterns (every
+    exponent, ±0, subnormals, ±inf, NaNs of both signs), every code value, every midpoint
+    between neighbouring codes (ties) and its fp32 neighbours, the overflow threshold, and 2^20
+    random bit patterns."""
+    bf16_patterns = (np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)).view(np.float32)
+    values = ref.decode_fp8_ref(np.arange(0x80, dtype=np.uint8), fmt)
+    values = np.sort(values[np.isfinite(values)])
+    mids = ((values[:-1].astype(np.float64) + values[1:]) / 2).astype(np.float32)  # exact in fp32
+    overflow = np.float32(values[-1] + (values[-1] - values[-2]) / 2)  # 464 (E4M3), 61440 (E5M2)
+    edges = np.concatenate([values, mids, [overflow, values[-1]]]).astype(np.float32)
+    with np.errstate(over="ignore"):
+        near = np.concatenate([edges, np.nextafter(edges, np.float32(np.inf)), np.nextafter(edges, np.float32(0))])
+    random_bits = np.random.default_rng(36).integers(0, 1 << 32, 1 << 20, dtype=np.uint32).view(np.float32)
+    probe = np.concatenate([bf16_patterns, near, -near, random_bits]).astype(np.float32)
+    return probe[: probe.size // 64 * 64]
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_quantize_fp8_cast_edges_cuda_matches_cpu_and_reference(fmt):
+    """The device FP8 cast (the sm_89+ hardware conversion) equals the CPU rule on every edge."""
+    x = _fp8_cast_probe(fmt).reshape(64, -1)
+    q = te.Float8DelayedScalingQuantizer(fmt, columnwise=False)
+    one = torch.ones(1)
+    got = tep.quantize(torch.from_numpy(x).to(DEVICE), q, scale=one.to(DEVICE))
+    want = tep.quantize(torch.from_numpy(x), q, scale=one)
+    assert_bytes_equal(from_torch(got.rowwise_data).view(np.uint8), from_torch(want.rowwise_data).view(np.uint8),
+                       f"{fmt} cast: CUDA vs CPU")
+    assert_bytes_equal(from_torch(got.rowwise_data).view(np.uint8), ref.cast_fp8_ref(x, fmt),
+                       f"{fmt} cast: CUDA vs reference")
+
+
 def _unaligned(x: torch.Tensor) -> torch.Tensor:
     """A contiguous copy of x whose data pointer is one element past an aligned address."""
     storage = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
