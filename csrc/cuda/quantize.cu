@@ -60,6 +60,14 @@ TweStatus dispatch_format(bool e5m2, Fn&& fn) {
   return fn(std::integral_constant<FP8Format, FP8Format::kE4M3>{});
 }
 
+/*! Calls fn(format tag, element tag) for the FP8 format and the input dtype of a quantize call. */
+template <typename Fn>
+TweStatus dispatch_input_format(const QuantizeArgs& a, Fn&& fn) {
+  return dispatch_high_precision(a.input->dtype, [&](auto tag) {
+    return dispatch_format(a.params.format == kTweE5M2, [&](auto format) { return fn(format, tag); });
+  });
+}
+
 // ---- device helpers -----------------------------------------------------------------------
 
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -947,7 +955,7 @@ TweStatus quantize_fp8_current(const QuantizeArgs& a) {
   const float fmt_max = format_max(a.params.format);
   TweStatus st = cuda_check(cudaMemsetAsync(amax_buf, 0, sizeof(float), stream), "cudaMemsetAsync (amax)");
   if (st) return st;
-  st = dispatch_high_precision(a.input->dtype, [&](auto tag) {
+  st = dispatch_input_format(a, [&](auto format, auto tag) {
     using T = decltype(tag);
     const T* x = data_of<const T>(*a.input);
     TweStatus s = launch_amax(x, a.rows * a.cols, amax_buf, nullptr, stream);
@@ -955,9 +963,7 @@ TweStatus quantize_fp8_current(const QuantizeArgs& a) {
     PerTensorCast p = per_tensor_cast_params(a, x);
     p.scale_src = amax_buf;
     p.src_is_amax = true;
-    return dispatch_format(a.params.format == kTweE5M2, [&](auto format) {
-      return launch_per_tensor_cast<decltype(format)::value>(x, p, stream);
-    });
+    return launch_per_tensor_cast<decltype(format)::value>(x, p, stream);
   });
   if (st) return st;
   per_tensor_scalars_kernel<<<1, 1, 0, stream>>>(amax_buf, true, fmt_max, a.params.amax_epsilon,
@@ -975,16 +981,14 @@ TweStatus quantize_fp8_delayed(const QuantizeArgs& a) {
   const float* scale = data_of<const float>(*a.scale);
   TweStatus st = cuda_check(cudaMemsetAsync(amax_out, 0, sizeof(float), stream), "cudaMemsetAsync (amax)");
   if (st) return st;
-  st = dispatch_high_precision(a.input->dtype, [&](auto tag) {
+  st = dispatch_input_format(a, [&](auto format, auto tag) {
     using T = decltype(tag);
     const T* x = data_of<const T>(*a.input);
     PerTensorCast p = per_tensor_cast_params(a, x);
     p.scale_src = scale;
     p.src_is_amax = false;
     p.amax_accum = amax_out;
-    return dispatch_format(a.params.format == kTweE5M2, [&](auto format) {
-      return launch_per_tensor_cast<decltype(format)::value>(x, p, stream);
-    });
+    return launch_per_tensor_cast<decltype(format)::value>(x, p, stream);
   });
   if (st) return st;
   per_tensor_scalars_kernel<<<1, 1, 0, stream>>>(scale, false, format_max(a.params.format), 0.0f, false,
@@ -1016,14 +1020,12 @@ TweStatus quantize_mxfp8(const QuantizeArgs& a) {
   p.store_vec = aligned(p.row_data, 8) && aligned(p.col_data, 8);
   const int64_t tiles = R / kMxRows * ((K + kMxCols - 1) / kMxCols);
   if (tiles == 0) return kTweSuccess;
-  return dispatch_high_precision(a.input->dtype, [&](auto tag) {
+  return dispatch_input_format(a, [&](auto format, auto tag) {
     using T = decltype(tag);
     const T* x = data_of<const T>(*a.input);
     p.load_vec = aligned(x, 16);
-    return dispatch_format(a.params.format == kTweE5M2, [&](auto format) {
-      mxfp8_kernel<decltype(format)::value, T><<<static_cast<unsigned>(tiles), kMxThreads, 0, stream>>>(x, p);
-      return check_launch("mxfp8_kernel");
-    });
+    mxfp8_kernel<decltype(format)::value, T><<<static_cast<unsigned>(tiles), kMxThreads, 0, stream>>>(x, p);
+    return check_launch("mxfp8_kernel");
   });
 }
 
@@ -1059,14 +1061,12 @@ TweStatus quantize_fp8_block(const QuantizeArgs& a) {
   p.store_vec = aligned(p.row_data, 8) && aligned(p.col_data, 16);
   const int64_t tiles = R / B * (K / B);
   if (tiles == 0) return kTweSuccess;
-  return dispatch_high_precision(a.input->dtype, [&](auto tag) {
+  return dispatch_input_format(a, [&](auto format, auto tag) {
     using T = decltype(tag);
     const T* x = data_of<const T>(*a.input);
     p.load_vec = aligned(x, 16);
-    return dispatch_format(a.params.format == kTweE5M2, [&](auto format) {
-      fp8_block_kernel<decltype(format)::value, T><<<static_cast<unsigned>(tiles), kFbThreads, 0, stream>>>(x, p);
-      return check_launch("fp8_block_kernel");
-    });
+    fp8_block_kernel<decltype(format)::value, T><<<static_cast<unsigned>(tiles), kFbThreads, 0, stream>>>(x, p);
+    return check_launch("fp8_block_kernel");
   });
 }
 

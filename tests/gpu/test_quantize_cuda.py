@@ -182,9 +182,15 @@ def test_quantize_unaligned_input_cuda_matches_cpu(q, dtype):
 @pytest.mark.parametrize("q,shape", cases() + GPU_CASES, ids=case_id)
 def test_dequantize_cuda_matches_cpu_and_reference(q, shape, out_dtype):
     x_np = make_input("mixed_scales", shape, "float32", seed=23)
-    qt = tep.quantize(to_torch(x_np), q, scale=_scale_tensor(q, "cpu"))
+    _assert_dequantize_cuda_matches(_quantize(to_torch(x_np), q), reference_quantize(x_np, q), reference_dequantize,
+                                    out_dtype)
+
+
+def _assert_dequantize_cuda_matches(qt: te.QuantizedTensor, fields: dict, reference_dequantize_fn, out_dtype: str):
+    """Both copies of CPU-quantized `qt`, dequantized on CUDA, equal the CPU kernel and the
+    reference (`fields`: the reference's quantized fields)."""
+    q, shape = qt.quantizer, tuple(qt.shape)
     qt_dev = _on_device(qt, DEVICE)
-    fields = reference_quantize(x_np, q)
     for columnwise in (False, True):
         if not (q.columnwise if columnwise else q.rowwise):
             continue
@@ -193,7 +199,7 @@ def test_dequantize_cuda_matches_cpu_and_reference(q, shape, out_dtype):
         want = tep.dequantize(qt, TORCH_DTYPES[out_dtype], columnwise=columnwise)
         context = f"dequantize {case_id(q)} {shape} columnwise={columnwise}"
         assert_bytes_equal(from_torch(got), from_torch(want), f"CUDA vs CPU {context}")
-        assert_bytes_equal(from_torch(got), reference_dequantize(fields, q, shape, out_dtype, columnwise),
+        assert_bytes_equal(from_torch(got), reference_dequantize_fn(fields, q, shape, out_dtype, columnwise),
                            f"CUDA vs reference {context}")
 
 
@@ -201,19 +207,8 @@ def test_dequantize_cuda_matches_cpu_and_reference(q, shape, out_dtype):
 @pytest.mark.parametrize("q,shape,dtype", block_cases() + GPU_BLOCK_CASES, ids=case_id)
 def test_dequantize_block_formats_cuda_match_cpu_and_reference(q, shape, dtype, out_dtype):
     x_np = make_input("mixed_scales", shape, dtype, seed=33)
-    qt = _quantize(to_torch(x_np), q)
-    qt_dev = _on_device(qt, DEVICE)
-    fields = block_reference_quantize(x_np, q, rng_for(q))
-    for columnwise in (False, True):
-        if not (q.columnwise if columnwise else q.rowwise):
-            continue
-        got = tep.dequantize(qt_dev, TORCH_DTYPES[out_dtype], columnwise=columnwise)
-        assert got.device.type == torch.device(DEVICE).type and tuple(got.shape) == shape
-        want = tep.dequantize(qt, TORCH_DTYPES[out_dtype], columnwise=columnwise)
-        context = f"dequantize {case_id(q)} {shape} columnwise={columnwise}"
-        assert_bytes_equal(from_torch(got), from_torch(want), f"CUDA vs CPU {context}")
-        assert_bytes_equal(from_torch(got), block_reference_dequantize(fields, q, shape, out_dtype, columnwise),
-                           f"CUDA vs reference {context}")
+    _assert_dequantize_cuda_matches(_quantize(to_torch(x_np), q), block_reference_quantize(x_np, q, rng_for(q)),
+                                    block_reference_dequantize, out_dtype)
 
 
 # ---- delayed-scaling update ---------------------------------------------------------------
