@@ -5,6 +5,7 @@ functions; quantizers are opaque value types baked into FX graphs.
 """
 
 from . import _library  # noqa: F401  (registers opaque quantizer types and the QuantizedTensor pytree)
+from .ops.gemm import gemm
 from .ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
 
-__all__ = ["dequantize", "quantize", "record_amax", "update_delayed_scaling"]
+__all__ = ["dequantize", "gemm", "quantize", "record_amax", "update_delayed_scaling"]

@@ -15,11 +15,12 @@
 
 #include <stdint.h>
 
+#include <cmath>
+#include <cstring>  // std::memcpy in the host paths, which nvcc compiles too
+
 #if defined(__CUDACC__)
 #define TWE_HOST_DEVICE __host__ __device__ __forceinline__
 #else
-#include <cmath>
-#include <cstring>
 #define TWE_HOST_DEVICE inline
 #endif
 
@@ -262,6 +263,17 @@ TWE_HOST_DEVICE float e8m0_to_float(uint8_t e) {
   if (e == 255) return bits_to_float(0x7FC00000u);
   if (e == 0) return bits_to_float(0x00400000u);
   return bits_to_float(static_cast<uint32_t>(e) << 23);
+}
+
+// ---------------------------------------------------------------------------------------
+// GEMM block scaling (NUMERICS.md §8)
+// ---------------------------------------------------------------------------------------
+
+/*! A (K-block) partial sum scaled by the decode scales of its two operands, in this order:
+ *  fl(fl(partial · scale_inv_a) · scale_inv_b). */
+TWE_HOST_DEVICE float gemm_scale_partial(float partial, float scale_inv_a, float scale_inv_b) {
+  const float scaled_a = partial * scale_inv_a;
+  return scaled_a * scale_inv_b;
 }
 
 }  // namespace numerics
