@@ -5,7 +5,10 @@ functions; quantizers are opaque value types baked into FX graphs.
 """
 
 from . import _library  # noqa: F401  (registers opaque quantizer types and the QuantizedTensor pytree)
+from .autocast import autocast
+from .modules.linear import Linear
 from .ops.gemm import gemm
+from .ops.linear import linear
 from .ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
 
-__all__ = ["dequantize", "gemm", "quantize", "record_amax", "update_delayed_scaling"]
+__all__ = ["Linear", "autocast", "dequantize", "gemm", "linear", "quantize", "record_amax", "update_delayed_scaling"]
