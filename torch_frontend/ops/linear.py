@@ -82,6 +82,9 @@ def _linear_quantized_body(
     y = gemm(qx, qw, bias, out_dtype=x.dtype).reshape(*x.shape[:-1], qw.shape[0])
     zero = torch.zeros(1, dtype=torch.float32, device=x.device)
     amax = torch.cat([qx.amax if delayed else zero, w_amax if delayed and w_amax is not None else zero])
+    if weight is None:  # the backward reads the given copies (an op must not return its inputs)
+        empty = [torch.empty(0, dtype=t.dtype, device=x.device) for t in (w_columnwise_data, w_columnwise_scale_inv)]
+        return y, qx.columnwise_data, qx.columnwise_scale_inv, empty[0], empty[1], amax
     return y, qx.columnwise_data, qx.columnwise_scale_inv, qw.columnwise_data, qw.columnwise_scale_inv, amax
 
 
@@ -91,9 +94,12 @@ _linear_quantized.register_fake(_linear_quantized_body)
 
 
 def _linear_quantized_setup(ctx, inputs, output):
-    (x, weight, bias, _, _, _, _, input_q, weight_q, grad_q, _, bwd_scale, bwd_history, margin, algo) = inputs
+    (x, weight, bias, _, _, given_w_col, given_w_col_scale, input_q, weight_q, grad_q, _, bwd_scale, bwd_history,
+     margin, algo) = inputs
     _, x_col, x_col_scale, w_col, w_col_scale, amax = output
     ctx.mark_non_differentiable(x_col, x_col_scale, w_col, w_col_scale, amax)
+    if weight is None:
+        w_col, w_col_scale = given_w_col, given_w_col_scale
     ctx.save_for_backward(x_col, x_col_scale, w_col, w_col_scale, bwd_scale, bwd_history)
     ctx.quantizers = (input_q, weight_q, grad_q)
     ctx.dtypes = (x.dtype, None if weight is None else weight.dtype, None if bias is None else bias.dtype)
