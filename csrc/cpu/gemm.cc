@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <thread>
 #include <vector>
 
 #include "internal/cpu.h"
@@ -118,8 +117,6 @@ TweStatus write_rows(const GemmArgs& args, const float* acc, int64_t r0, int64_t
 // sgemm into a buffer of about kMxfp8ChunkFloats floats; other formats take one sgemm per chunk.
 constexpr int64_t kMxfp8ChunkFloats = int64_t{1} << 21;
 constexpr int64_t kRowChunk = 256;
-// Products below this many flops run on the calling thread only.
-constexpr double kParallelFlops = 1 << 22;
 
 /*! Every K-block's partial product of rows [r0, r0 + rows): partial[block] (rows, n). */
 void mxfp8_partials(const Panel& a, const Panel& b, int64_t r0, int64_t rows, int64_t n, int64_t blocks,
@@ -171,14 +168,6 @@ void full_k_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r
   for (int64_t i = 0; i < rows * n; ++i) acc[i] = numerics::gemm_scale_partial(acc[i], sa, sb);
 }
 
-/*! Worker threads for a GEMM of this size: one per hardware thread for large products. */
-int worker_count(const GemmArgs& args, int64_t chunks) {
-  const double flops = 2.0 * static_cast<double>(args.m) * static_cast<double>(args.n) * static_cast<double>(args.k);
-  if (flops < kParallelFlops) return 1;
-  const int64_t hw = std::max(1u, std::thread::hardware_concurrency());
-  return static_cast<int>(std::min(hw, chunks));
-}
-
 /*! OpenBLAS runs single-threaded inside our workers (its own spinning pool would compete with them). */
 void use_single_threaded_blas() {
   static const bool done = [] {
@@ -209,17 +198,17 @@ TweStatus gemm(const GemmArgs& args) {
     scale_b.resize(static_cast<size_t>(blocks * n));
     for (int64_t block = 0; block < blocks; ++block) mxfp8_block_scales(*args.b, 0, n, block, scale_b.data() + block * n);
   }
-  std::atomic<int64_t> next_chunk{0};
   std::atomic<int> status{kTweSuccess};
-  auto work = [&] {
-    ScopedIeeeSubnormals worker_ieee;
+  // Multiply-adds per parallel_for work unit (it starts a thread per 2^18 units).
+  constexpr int64_t kMacsPerWorkUnit = 16;
+  parallel_for(chunks, m * n * std::max<int64_t>(k, 1) / kMacsPerWorkUnit, [&](int64_t first, int64_t last) {
     std::vector<float> acc(static_cast<size_t>(chunk * n));
     std::vector<float> partial, scale_a;
     if (mxfp8) {
       partial.resize(static_cast<size_t>(std::max<int64_t>(1, blocks) * chunk * n));
       scale_a.resize(static_cast<size_t>(blocks * chunk));
     }
-    for (int64_t c = next_chunk++; c < chunks; c = next_chunk++) {
+    for (int64_t c = first; c < last; ++c) {
       const int64_t r0 = c * chunk;
       const int64_t rows = std::min(chunk, m - r0);
       if (mxfp8) mxfp8_rows(args, a, b, r0, rows, acc.data(), partial, scale_a, scale_b);
@@ -227,11 +216,7 @@ TweStatus gemm(const GemmArgs& args) {
       const TweStatus st = write_rows(args, acc.data(), r0, rows);
       if (st) status = st;
     }
-  };
-  std::vector<std::thread> workers;
-  for (int w = 1; w < worker_count(args, chunks); ++w) workers.emplace_back(work);
-  work();
-  for (std::thread& t : workers) t.join();
+  });
   return static_cast<TweStatus>(status.load());
 }
 
