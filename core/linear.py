@@ -12,10 +12,11 @@ from .recipe import DelayedScaling, Recipe
 
 _OP = "linear"
 
-GEMM_SCALING_MODES = ("fp8_current", "fp8_delayed", "mxfp8")
+GEMM_SCALING_MODES = ("fp8_current", "fp8_delayed", "mxfp8", "fp8_block", "nvfp4")
 """Quantizer families the GEMM serves (both operands of one GEMM must share one)."""
 
-_FAMILY = {"fp8_current": "fp8_per_tensor", "fp8_delayed": "fp8_per_tensor", "mxfp8": "mxfp8"}
+_FAMILY = {"fp8_current": "fp8_per_tensor", "fp8_delayed": "fp8_per_tensor", "mxfp8": "mxfp8",
+           "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 
 FWD_SLOTS = ("input", "weight")
 """Columns of the forward delayed-scaling state (amax history (L, 2), scale (2,))."""
@@ -48,6 +49,11 @@ class LinearQuantizers:
     def bwd_fp8_dtype(self) -> str:
         return getattr(self.grad_output, "fp8_dtype", "e5m2")
 
+    @property
+    def needs_rng(self) -> bool:
+        """The grad_output quantizer rounds stochastically: the call needs an rng [seed, offset]."""
+        return bool(getattr(self.grad_output, "stochastic_rounding", False))
+
 
 def linear_quantizers(recipe: Recipe) -> LinearQuantizers:
     """The quantizers a Linear uses under `recipe` (called at each call, so the recipe in force
@@ -69,7 +75,7 @@ def linear_quantizers(recipe: Recipe) -> LinearQuantizers:
                  f"(rowwise={q.rowwise}, columnwise={q.columnwise}); a trained Linear needs both")
         if q.scaling_mode not in GEMM_SCALING_MODES:
             fail(_OP, TypeError, f"{type(recipe).__name__} gives the {role} a {type(q).__name__}, which the GEMM does "
-                 f"not support yet (supported: per-tensor FP8 current/delayed scaling, MXFP8)")
+                 f"not support (supported: per-tensor FP8 current/delayed scaling, MXFP8, FP8 block, NVFP4)")
         if q.scaling_mode == "fp8_delayed" and not delayed:
             fail(_OP, TypeError, f"{type(recipe).__name__} gives the {role} a Float8DelayedScalingQuantizer; delayed "
                  "scaling needs the DelayedScaling recipe (it owns the amax history and scale state)")
@@ -90,3 +96,10 @@ def check_delayed_state(history_len: int, quantizers: LinearQuantizers) -> None:
         fail(_OP, ValueError, f"DelayedScaling(amax_history_len={quantizers.amax_history_len}) does not match the "
              f"layer's delayed-scaling state of length {history_len}; create the layer (or its state) with "
              f"amax_history_len={quantizers.amax_history_len}")
+
+
+def check_rng(quantizers: LinearQuantizers, has_rng: bool) -> None:
+    """Raises ValueError when stochastic rounding lacks an rng (NUMERICS.md §7 step 9)."""
+    if quantizers.needs_rng and not has_rng:
+        fail(_OP, ValueError, "the recipe's grad_output quantizer rounds stochastically and needs rng= (an integer "
+             "array [seed, offset] of shape (2,); twinengine.pytorch.Linear keeps one as its rng_state buffer)")

@@ -23,10 +23,11 @@ _OP = "gemm"
 
 # scaling_mode -> TweGemmScaling code (csrc/include/twinengine/gemm.h). Keyed by string so
 # torch.compile traces the lookup.
-_SCALING_CODES = {"high_precision": 0, "fp8_current": 1, "fp8_delayed": 1, "mxfp8": 2}
+_SCALING_CODES = {"high_precision": 0, "fp8_current": 1, "fp8_delayed": 1, "mxfp8": 2, "fp8_block": 3, "nvfp4": 4}
 
 # scaling_mode -> whether the columnwise copy is stored transposed (K-major for the GEMM).
-_COLUMNWISE_TRANSPOSED = {"fp8_current": True, "fp8_delayed": True, "mxfp8": False}
+_COLUMNWISE_TRANSPOSED = {"fp8_current": True, "fp8_delayed": True, "mxfp8": False, "fp8_block": True,
+                          "nvfp4": True}
 
 
 def _scaling_mode(x: Any) -> str:
@@ -57,6 +58,15 @@ def _check_operand(name: str, x: Any, columnwise: bool) -> None:
         fail(_OP, ValueError, f"{name} must have rank >= 1, got a 0-d array")
 
 
+def _block_2d(x: Any) -> bool:
+    return _scaling_mode(x) == "fp8_block" and x.quantizer.block_scaling_dim == 2
+
+
+def _hadamard(x: Any, columnwise: bool) -> bool:
+    """Whether the copy used is an NVFP4 columnwise copy made with the random Hadamard transform."""
+    return columnwise and _scaling_mode(x) == "nvfp4" and x.quantizer.with_rht
+
+
 def _validate(a: Any, b: Any, bias: ArrayMeta | None = None, *, a_columnwise: bool = False,
               b_columnwise: bool = False, out_dtype: str = "float32") -> None:
     _check_operand("a", a, a_columnwise)
@@ -64,6 +74,13 @@ def _validate(a: Any, b: Any, bias: ArrayMeta | None = None, *, a_columnwise: bo
     mode_a, mode_b = _scaling_mode(a), _scaling_mode(b)
     if _SCALING_CODES[mode_a] != _SCALING_CODES[mode_b]:
         fail(_OP, TypeError, f"a and b must use the same format, got {mode_a} and {mode_b}")
+    if _block_2d(a) and _block_2d(b):
+        fail(_OP, ValueError, "FP8 block GEMMs need at least one 1D (1x128) operand; both a and b are 2D (128x128) "
+             "(NUMERICS.md §9)")
+    if _hadamard(a, a_columnwise) != _hadamard(b, b_columnwise):
+        fail(_OP, ValueError, "the random Hadamard transform must apply to both operands' contraction dimension or to "
+             f"neither; a uses {'an RHT' if _hadamard(a, a_columnwise) else 'a plain'} copy, b "
+             f"{'an RHT' if _hadamard(b, b_columnwise) else 'a plain'} copy (RHT is only on NVFP4 columnwise copies)")
     m, k_a = _logical_dims(a, a_columnwise)
     n, k_b = _logical_dims(b, b_columnwise)
     if k_a != k_b:
@@ -93,6 +110,8 @@ def _infer(a: Any, b: Any, bias: ArrayMeta | None = None, *, a_columnwise: bool 
         inputs.append(f"{name}_data")
         if scaling:
             inputs.append(f"{name}_scale_inv")
+        if scaling == _SCALING_CODES["nvfp4"]:
+            inputs.append(f"{name}_amax")
     if bias is not None:
         inputs.append("bias")
     m, _ = _logical_dims(a, a_columnwise)
@@ -102,7 +121,8 @@ def _infer(a: Any, b: Any, bias: ArrayMeta | None = None, *, a_columnwise: bool 
         inputs=tuple(inputs),
         outputs=(TensorSpec("out", (m, n), out_dtype),),
         attrs=(("scaling", scaling), ("a_k_major", int(_k_major(a, a_columnwise))),
-               ("b_k_major", int(_k_major(b, b_columnwise))), ("has_bias", int(bias is not None))),
+               ("b_k_major", int(_k_major(b, b_columnwise))), ("a_block_2d", int(_block_2d(a))),
+               ("b_block_2d", int(_block_2d(b))), ("has_bias", int(bias is not None))),
     )
 
 
@@ -117,16 +137,25 @@ GEMM = OpDef(
 
 Shapes: op(a) (M, K), op(b) (N, K) after flattening leading dimensions; bias (N,).
 Dtypes: operands both high precision (fp32/bf16/fp16, mixable) or both quantized with the
-    same format family (per-tensor FP8 current/delayed, or MXFP8; E4M3/E5M2 mixable);
-    out fp32 / bf16 / fp16.
+    same format family (per-tensor FP8 current/delayed, MXFP8, FP8 block, NVFP4; E4M3/E5M2
+    mixable); out fp32 / bf16 / fp16.
 Numerics: NUMERICS.md §8 — fp32 accumulation; per-tensor FP8 scales the full sum,
-    fl(fl(Σ) · s_inv_a) · s_inv_b; MXFP8 scales each 32-long K-block's partial sum by its two
-    E8M0 scales and accumulates the blocks in fp32 in K order; bias added in fp32, one final
+    fl(fl(Σ) · s_inv_a) · s_inv_b; block formats (MXFP8 32, FP8 block 128, NVFP4 16 along K)
+    scale each K-block's partial sum by its two block scales and accumulate the blocks in fp32
+    in K order; NVFP4 then multiplies by S_dec_a, S_dec_b; bias added in fp32, one final
     rounding to out_dtype.
 Raises:
     TypeError: operand kinds/formats/dtypes not supported or mixed.
-    ValueError: missing usage copy, K mismatch, bias shape.
+    ValueError: missing usage copy, K mismatch, bias shape, two 2D FP8-block operands, an RHT
+        copy paired with a plain one.
 """
+
+
+def copy_arrays(x: QuantizedTensor, columnwise: bool) -> tuple[Any, Any, Any]:
+    """(data, scale_inv, amax) of the copy the GEMM uses (amax: that copy's NVFP4 global amax)."""
+    if columnwise:
+        return x.columnwise_data, x.columnwise_scale_inv, x.columnwise_amax
+    return x.rowwise_data, x.rowwise_scale_inv, x.amax
 
 
 def gemm_arrays(a: Any, b: Any, bias: Any, a_columnwise: bool, b_columnwise: bool) -> dict[str, Any]:
@@ -134,23 +163,25 @@ def gemm_arrays(a: Any, b: Any, bias: Any, a_columnwise: bool, b_columnwise: boo
     arrays = {"bias": bias}
     for name, x, columnwise in (("a", a, a_columnwise), ("b", b, b_columnwise)):
         if isinstance(x, QuantizedTensor):
-            prefix = "columnwise" if columnwise else "rowwise"
-            arrays[f"{name}_data"] = getattr(x, f"{prefix}_data")
-            arrays[f"{name}_scale_inv"] = getattr(x, f"{prefix}_scale_inv")
+            arrays[f"{name}_data"], arrays[f"{name}_scale_inv"], arrays[f"{name}_amax"] = copy_arrays(x, columnwise)
         else:
             arrays[f"{name}_data"] = x
     return arrays
 
 
-def gemm_operand(data: Any, scale_inv: Any, quantizer: Any, columnwise: bool) -> QuantizedTensor:
-    """The QuantizedTensor view of one stored copy (data + scale_inv) of a quantized operand.
+def gemm_operand(data: Any, scale_inv: Any, quantizer: Any, columnwise: bool, amax: Any = None) -> QuantizedTensor:
+    """The QuantizedTensor view of one stored copy (data, scale_inv, NVFP4 amax) of a quantized operand.
 
     Shapes: the logical 2-D-flattenable shape is recovered from the stored data: a transposed
-    columnwise copy (K, R) stands for an (R, K) tensor; other copies keep the data's shape.
+    columnwise copy (K, R) stands for an (R, K) tensor; other copies keep the data's shape;
+    NVFP4 packs two elements a byte along its last stored dimension.
     """
     shape = tuple(data.shape)
+    if quantizer.scaling_mode == "nvfp4":
+        shape = shape[:-1] + (shape[-1] * 2,)
     if columnwise and _COLUMNWISE_TRANSPOSED.get(quantizer.scaling_mode, False):
         shape = (shape[1], shape[0])
     prefix = "columnwise" if columnwise else "rowwise"
-    return QuantizedTensor(**{f"{prefix}_data": data, f"{prefix}_scale_inv": scale_inv}, quantizer=quantizer,
-                           shape=shape)
+    amax_field = "columnwise_amax" if columnwise else "amax"
+    return QuantizedTensor(**{f"{prefix}_data": data, f"{prefix}_scale_inv": scale_inv, amax_field: amax},
+                           quantizer=quantizer, shape=shape)

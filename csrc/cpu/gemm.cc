@@ -1,5 +1,6 @@
 // CPU kernel of the gemm family: operands widened to fp32 panels, partial sums from the bundled
-// OpenBLAS sgemm, block scaling and the epilogue in loops; value math is in numerics.h.
+// OpenBLAS sgemm (single-threaded inside our row-chunk workers), block scaling and the epilogue
+// in loops; value math is in numerics.h.
 #include <cblas.h>
 
 #include <algorithm>
@@ -28,29 +29,38 @@ void widen_into(const T* src, int64_t count, float* dst) {
   for (int64_t i = 0; i < count; ++i) dst[i] = to_float(src[i]);
 }
 
-void widen_fp8_into(const uint8_t* src, int64_t count, const std::array<float, 256>& table, float* dst) {
+void widen_table_into(const uint8_t* src, int64_t count, const std::array<float, 256>& table, float* dst) {
   for (int64_t i = 0; i < count; ++i) dst[i] = table[src[i]];
 }
 
+/*! Packed E2M1 pairs -> two fp32 values each, the even index from the low nibble (§1). */
+void widen_e2m1_into(const uint8_t* src, int64_t bytes, float* dst) {
+  for (int64_t i = 0; i < bytes; ++i) {
+    dst[2 * i] = numerics::e2m1_to_float(static_cast<uint8_t>(src[i] & 0xF));
+    dst[2 * i + 1] = numerics::e2m1_to_float(static_cast<uint8_t>(src[i] >> 4));
+  }
+}
+
 /*! The operand's data as exact fp32 values in its stored layout (no copy for fp32 data). */
-const float* widen(const TweGemmOperand& op, std::vector<float>& buffer) {
+const float* widen(const TweGemmOperand& op, TweGemmScaling scaling, std::vector<float>& buffer) {
   const int64_t count = numel(op.data);
   const TweDType dt = op.data.dtype;
   if (dt == kTweFloat32) return static_cast<const float*>(op.data.data);
-  buffer.resize(static_cast<size_t>(count));
-  switch (dt) {
-    case kTweBFloat16: widen_into(static_cast<const BFloat16*>(op.data.data), count, buffer.data()); break;
-    case kTweFloat16: widen_into(static_cast<const Float16*>(op.data.data), count, buffer.data()); break;
-    case kTweFloat8E4M3: {
-      static const std::array<float, 256> table = fp8_table<FP8Format::kE4M3>();
-      widen_fp8_into(static_cast<const uint8_t*>(op.data.data), count, table, buffer.data());
-      break;
-    }
-    default: {
-      static const std::array<float, 256> table = fp8_table<FP8Format::kE5M2>();
-      widen_fp8_into(static_cast<const uint8_t*>(op.data.data), count, table, buffer.data());
-      break;
-    }
+  const bool nvfp4 = scaling == kTweGemmNVFP4;
+  buffer.resize(static_cast<size_t>(nvfp4 ? 2 * count : count));
+  const uint8_t* bytes = static_cast<const uint8_t*>(op.data.data);
+  if (nvfp4) {
+    widen_e2m1_into(bytes, count, buffer.data());
+  } else if (dt == kTweBFloat16) {
+    widen_into(static_cast<const BFloat16*>(op.data.data), count, buffer.data());
+  } else if (dt == kTweFloat16) {
+    widen_into(static_cast<const Float16*>(op.data.data), count, buffer.data());
+  } else if (dt == kTweFloat8E4M3) {
+    static const std::array<float, 256> table = fp8_table<FP8Format::kE4M3>();
+    widen_table_into(bytes, count, table, buffer.data());
+  } else {
+    static const std::array<float, 256> table = fp8_table<FP8Format::kE5M2>();
+    widen_table_into(bytes, count, table, buffer.data());
   }
   return buffer.data();
 }
@@ -63,25 +73,29 @@ struct Panel {
   int64_t k;
   const float* at(int64_t r0, int64_t k0) const { return k_major ? data + r0 * k + k0 : data + k0 * rows + r0; }
   int64_t ld() const { return k_major ? k : rows; }
+  int64_t k_step() const { return k_major ? 1 : rows; }  // distance between consecutive K indices
 };
+
+CBLAS_TRANSPOSE a_trans(const Panel& a) { return a.k_major ? CblasNoTrans : CblasTrans; }
+CBLAS_TRANSPOSE b_trans(const Panel& b) { return b.k_major ? CblasTrans : CblasNoTrans; }
 
 /*! c (m_len, n) = A[r0:r0+m_len, k0:k0+len] · B[:, k0:k0+len]ᵀ, row-major, overwritten. */
 void partial_product(const Panel& a, const Panel& b, int64_t r0, int64_t m_len, int64_t k0, int64_t len, int64_t n,
                      float* c) {
-  scipy_cblas_sgemm(CblasRowMajor, a.k_major ? CblasNoTrans : CblasTrans, b.k_major ? CblasTrans : CblasNoTrans,
-                    static_cast<blasint>(m_len), static_cast<blasint>(n), static_cast<blasint>(len), 1.0f,
-                    a.at(r0, k0), static_cast<blasint>(a.ld()), b.at(0, k0), static_cast<blasint>(b.ld()), 0.0f, c,
-                    static_cast<blasint>(n));
+  scipy_cblas_sgemm(CblasRowMajor, a_trans(a), b_trans(b), static_cast<blasint>(m_len), static_cast<blasint>(n),
+                    static_cast<blasint>(len), 1.0f, a.at(r0, k0), static_cast<blasint>(a.ld()), b.at(0, k0),
+                    static_cast<blasint>(b.ld()), 0.0f, c, static_cast<blasint>(n));
 }
 
-/*! Decode scales of MXFP8 K-block `block` for rows [r0, r0 + count) of an operand. */
-void mxfp8_block_scales(const TweGemmOperand& op, int64_t r0, int64_t count, int64_t block, float* scales) {
-  const uint8_t* codes = static_cast<const uint8_t*>(op.scale_inv.data);
-  const int64_t stride = cols(op.scale_inv);
-  for (int64_t r = 0; r < count; ++r) {
-    const int64_t row = r0 + r;
-    scales[r] = numerics::e8m0_to_float(op.k_major ? codes[row * stride + block] : codes[block * stride + row]);
-  }
+/*! `count` consecutive full K-blocks of length `block` starting at block `first`: partial[j] (rows, n). */
+void block_partials(const Panel& a, const Panel& b, int64_t r0, int64_t rows, int64_t n, int64_t block, int64_t first,
+                    int64_t count, float* partial) {
+  scipy_cblas_sgemm_batch_strided(
+      CblasRowMajor, a_trans(a), b_trans(b), static_cast<blasint>(rows), static_cast<blasint>(n),
+      static_cast<blasint>(block), 1.0f, a.at(r0, first * block), static_cast<blasint>(a.ld()),
+      static_cast<blasint>(block * a.k_step()), b.at(0, first * block), static_cast<blasint>(b.ld()),
+      static_cast<blasint>(block * b.k_step()), 0.0f, partial, static_cast<blasint>(n),
+      static_cast<blasint>(rows * n), static_cast<blasint>(count));
 }
 
 /*! out rows = round(acc (+ bias)) to the output dtype. */
@@ -113,59 +127,75 @@ TweStatus write_rows(const GemmArgs& args, const float* acc, int64_t r0, int64_t
   });
 }
 
-// Output rows per chunk. MXFP8: all K-block partials of a chunk come from one strided batched
-// sgemm into a buffer of about kMxfp8ChunkFloats floats; other formats take one sgemm per chunk.
-constexpr int64_t kMxfp8ChunkFloats = int64_t{1} << 21;
+// Row chunks depend on the shape only, so results do not depend on the thread count. A block
+// format computes the partials of up to kPartialFloats floats of K-blocks per batched sgemm.
 constexpr int64_t kRowChunk = 256;
+constexpr int64_t kPartialFloats = int64_t{1} << 21;
 
-/*! Every K-block's partial product of rows [r0, r0 + rows): partial[block] (rows, n). */
-void mxfp8_partials(const Panel& a, const Panel& b, int64_t r0, int64_t rows, int64_t n, int64_t blocks,
-                    float* partial) {
-  const int64_t a_stride = a.k_major ? kMxfp8GemmBlock : kMxfp8GemmBlock * a.rows;
-  const int64_t b_stride = b.k_major ? kMxfp8GemmBlock : kMxfp8GemmBlock * b.rows;
-  scipy_cblas_sgemm_batch_strided(
-      CblasRowMajor, a.k_major ? CblasNoTrans : CblasTrans, b.k_major ? CblasTrans : CblasNoTrans,
-      static_cast<blasint>(rows), static_cast<blasint>(n), static_cast<blasint>(kMxfp8GemmBlock), 1.0f, a.at(r0, 0),
-      static_cast<blasint>(a.ld()), static_cast<blasint>(a_stride), b.at(0, 0), static_cast<blasint>(b.ld()),
-      static_cast<blasint>(b_stride), 0.0f, partial, static_cast<blasint>(n), static_cast<blasint>(rows * n),
-      static_cast<blasint>(blocks));
-}
+/*! Per-worker buffers of the block-scaled path. */
+struct BlockBuffers {
+  std::vector<float> partial;
+  std::vector<float> scale_a;
+};
 
-/*! Accumulators of rows [r0, r0 + rows): Σ_blocks fl(fl(partial · s_a) · s_b) in K order.
- *  scale_b holds every block's B scales, (blocks, n). */
-void mxfp8_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r0, int64_t rows, float* acc,
-                std::vector<float>& partial, std::vector<float>& scale_a, const std::vector<float>& scale_b) {
-  const int64_t n = args.n;
-  const int64_t blocks = args.k / kMxfp8GemmBlock;
+/*! Accumulators of rows [r0, r0 + rows) of a block format: Σ_blocks fl(fl(p · s_a) · s_b) in K
+ *  order; scale_b holds every block's B scales, (blocks, n). */
+void block_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r0, int64_t rows, float* acc,
+                BlockBuffers& buf, const std::vector<float>& scale_b) {
+  const int64_t n = args.n, block = gemm_block_length(args.scaling);
+  const int64_t blocks = ceil_div(args.k, block), full = args.k / block;
+  const int64_t group = std::max<int64_t>(1, std::min(blocks, kPartialFloats / std::max<int64_t>(1, rows * n)));
+  const int64_t a_stride = cols(args.a->scale_inv);
+  buf.partial.resize(static_cast<size_t>(group * rows * n));
+  buf.scale_a.resize(static_cast<size_t>(group * rows));
   std::fill(acc, acc + rows * n, 0.0f);
-  if (blocks == 0) return;
-  mxfp8_partials(a, b, r0, rows, n, blocks, partial.data());
-  for (int64_t block = 0; block < blocks; ++block) {
-    mxfp8_block_scales(*args.a, r0, rows, block, scale_a.data() + block * rows);
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    float* acc_row = acc + i * n;
-    for (int64_t block = 0; block < blocks; ++block) {
-      const float* p_row = partial.data() + (block * rows + i) * n;
-      const float* sb = scale_b.data() + block * n;
-      const float sa = scale_a[block * rows + i];
-      for (int64_t j = 0; j < n; ++j) acc_row[j] = acc_row[j] + numerics::gemm_scale_partial(p_row[j], sa, sb[j]);
+  for (int64_t first = 0; first < blocks; first += group) {
+    const int64_t count = std::min(group, blocks - first);
+    const int64_t full_count = std::max<int64_t>(0, std::min(count, full - first));
+    if (full_count > 0) block_partials(a, b, r0, rows, n, block, first, full_count, buf.partial.data());
+    if (full_count < count) {  // the last, shorter block
+      partial_product(a, b, r0, rows, full * block, args.k - full * block, n,
+                      buf.partial.data() + full_count * rows * n);
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      for (int64_t i = 0; i < rows; ++i) {
+        buf.scale_a[j * rows + i] = gemm_block_scale(args.scaling, *args.a, a_stride, r0 + i, first + j);
+      }
+    }
+    for (int64_t i = 0; i < rows; ++i) {
+      float* acc_row = acc + i * n;
+      for (int64_t j = 0; j < count; ++j) {
+        const float* p_row = buf.partial.data() + (j * rows + i) * n;
+        const float* sb = scale_b.data() + (first + j) * n;
+        const float sa = buf.scale_a[j * rows + i];
+        for (int64_t c = 0; c < n; ++c) acc_row[c] = acc_row[c] + numerics::gemm_scale_partial(p_row[c], sa, sb[c]);
+      }
     }
   }
 }
 
-/*! Accumulators of rows [r0, r0 + rows): one fp32 sum over K, per-tensor scaled if FP8. */
+/*! Accumulators of rows [r0, r0 + rows) of the other formats: one fp32 sum over K. */
 void full_k_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r0, int64_t rows, float* acc) {
-  const int64_t n = args.n;
   if (args.k == 0) {
-    std::fill(acc, acc + rows * n, 0.0f);
+    std::fill(acc, acc + rows * args.n, 0.0f);
     return;
   }
-  partial_product(a, b, r0, rows, 0, args.k, n, acc);
-  if (args.scaling != kTweGemmFP8PerTensor) return;
-  const float sa = *static_cast<const float*>(args.a->scale_inv.data);
-  const float sb = *static_cast<const float*>(args.b->scale_inv.data);
-  for (int64_t i = 0; i < rows * n; ++i) acc[i] = numerics::gemm_scale_partial(acc[i], sa, sb);
+  partial_product(a, b, r0, rows, 0, args.k, args.n, acc);
+}
+
+/*! The whole-tensor factors applied after accumulation: per-tensor FP8 scale_inv, NVFP4 S_dec. */
+bool final_scales(const GemmArgs& args, float* sa, float* sb) {
+  if (args.scaling == kTweGemmFP8PerTensor) {
+    *sa = *static_cast<const float*>(args.a->scale_inv.data);
+    *sb = *static_cast<const float*>(args.b->scale_inv.data);
+    return true;
+  }
+  if (args.scaling == kTweGemmNVFP4) {
+    *sa = numerics::nvfp4_global_decode_scale(*static_cast<const float*>(args.a->amax.data));
+    *sb = numerics::nvfp4_global_decode_scale(*static_cast<const float*>(args.b->amax.data));
+    return true;
+  }
+  return false;
 }
 
 /*! OpenBLAS runs single-threaded inside our workers (its own spinning pool would compete with them). */
@@ -185,34 +215,35 @@ TweStatus gemm(const GemmArgs& args) {
   const int64_t m = args.m, n = args.n, k = args.k;
   if (m == 0 || n == 0) return kTweSuccess;
   std::vector<float> a_buffer, b_buffer;
-  const Panel a{widen(*args.a, a_buffer), args.a->k_major != 0, m, k};
-  const Panel b{widen(*args.b, b_buffer), args.b->k_major != 0, n, k};
-  const bool mxfp8 = args.scaling == kTweGemmMXFP8;
-  const int64_t blocks = k / kMxfp8GemmBlock;
-  // Chunk sizes depend on the shape only, so the result does not depend on the worker count.
-  const int64_t mxfp8_chunk = std::max<int64_t>(1, kMxfp8ChunkFloats / std::max<int64_t>(1, blocks * n));
-  const int64_t chunk = std::min(m, mxfp8 ? mxfp8_chunk : kRowChunk);
+  const Panel a{widen(*args.a, args.scaling, a_buffer), args.a->k_major != 0, m, k};
+  const Panel b{widen(*args.b, args.scaling, b_buffer), args.b->k_major != 0, n, k};
+  const int64_t block = gemm_block_length(args.scaling);
+  const int64_t chunk = std::min(m, kRowChunk);
   const int64_t chunks = ceil_div(m, chunk);
   std::vector<float> scale_b;
-  if (mxfp8) {
+  if (block > 0) {
+    const int64_t blocks = ceil_div(k, block), b_stride = cols(args.b->scale_inv);
     scale_b.resize(static_cast<size_t>(blocks * n));
-    for (int64_t block = 0; block < blocks; ++block) mxfp8_block_scales(*args.b, 0, n, block, scale_b.data() + block * n);
+    for (int64_t j = 0; j < blocks; ++j) {
+      for (int64_t c = 0; c < n; ++c) scale_b[j * n + c] = gemm_block_scale(args.scaling, *args.b, b_stride, c, j);
+    }
   }
+  float final_a = 1.0f, final_b = 1.0f;
+  const bool scale_at_end = final_scales(args, &final_a, &final_b);
   std::atomic<int> status{kTweSuccess};
   // Multiply-adds per parallel_for work unit (it starts a thread per 2^18 units).
   constexpr int64_t kMacsPerWorkUnit = 16;
   parallel_for(chunks, m * n * std::max<int64_t>(k, 1) / kMacsPerWorkUnit, [&](int64_t first, int64_t last) {
     std::vector<float> acc(static_cast<size_t>(chunk * n));
-    std::vector<float> partial, scale_a;
-    if (mxfp8) {
-      partial.resize(static_cast<size_t>(std::max<int64_t>(1, blocks) * chunk * n));
-      scale_a.resize(static_cast<size_t>(blocks * chunk));
-    }
+    BlockBuffers buffers;
     for (int64_t c = first; c < last; ++c) {
       const int64_t r0 = c * chunk;
       const int64_t rows = std::min(chunk, m - r0);
-      if (mxfp8) mxfp8_rows(args, a, b, r0, rows, acc.data(), partial, scale_a, scale_b);
+      if (block > 0) block_rows(args, a, b, r0, rows, acc.data(), buffers, scale_b);
       else full_k_rows(args, a, b, r0, rows, acc.data());
+      if (scale_at_end) {
+        for (int64_t i = 0; i < rows * n; ++i) acc[i] = numerics::gemm_scale_partial(acc[i], final_a, final_b);
+      }
       const TweStatus st = write_rows(args, acc.data(), r0, rows);
       if (st) status = st;
     }

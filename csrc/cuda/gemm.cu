@@ -1,7 +1,8 @@
 // CUDA kernel of the gemm family: a tiled GEMM that decodes operands to fp32 as it loads them
 // into shared memory (the "dequantize, then fp32 GEMM" path of NUMERICS.md §8 that serves
-// every format on every device) and keeps the spec's block structure: MXFP8 partial sums are
-// scaled per 32-long K-block, per-tensor FP8 sums once at the end. Value math is in numerics.h.
+// every format on every device) and keeps the spec's block structure: block-format partial
+// sums are scaled per K-block, per-tensor FP8 and NVFP4 global factors applied once at the end.
+// Value math is in numerics.h and internal/gemm.h.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -15,13 +16,10 @@ namespace {
 using numerics::FP8Format;
 
 constexpr int kTile = 16;   // output tile edge (threads per block: kTile x kTile)
-constexpr int kTileK = 32;  // K per shared-memory stage; equals the MXFP8 block
+constexpr int kTileK = 32;  // K per shared-memory stage
 
 struct DeviceOperand {
-  const void* data;
-  TweDType dtype;
-  const void* scale_inv;
-  bool k_major;
+  TweGemmOperand op;
   int64_t rows;
   int64_t k;
   int64_t scale_stride;
@@ -37,13 +35,12 @@ __device__ float load_value(const void* data, TweDType dtype, int64_t i) {
   }
 }
 
-__device__ float operand_value(const DeviceOperand& op, int64_t r, int64_t kk) {
-  return load_value(op.data, op.dtype, op.k_major ? r * op.k + kk : kk * op.rows + r);
-}
-
-__device__ float mxfp8_scale(const DeviceOperand& op, int64_t r, int64_t block) {
-  const uint8_t* codes = static_cast<const uint8_t*>(op.scale_inv);
-  return numerics::e8m0_to_float(op.k_major ? codes[r * op.scale_stride + block] : codes[block * op.scale_stride + r]);
+__device__ float operand_value(const DeviceOperand& d, TweGemmScaling scaling, int64_t r, int64_t kk) {
+  if (scaling == kTweGemmNVFP4) {  // K-major packed E2M1, even K index in the low nibble
+    const uint8_t byte = static_cast<const uint8_t*>(d.op.data.data)[r * (d.k / 2) + kk / 2];
+    return numerics::e2m1_to_float(static_cast<uint8_t>((kk & 1) ? byte >> 4 : byte & 0xF));
+  }
+  return load_value(d.op.data.data, d.op.data.dtype, d.op.k_major ? r * d.k + kk : kk * d.rows + r);
 }
 
 __device__ void store_value(void* out, TweDType dtype, int64_t i, float v) {
@@ -55,7 +52,8 @@ __device__ void store_value(void* out, TweDType dtype, int64_t i, float v) {
 }
 
 __global__ void gemm_kernel(DeviceOperand a, DeviceOperand b, const void* bias, TweDType bias_dtype, void* out,
-                            TweDType out_dtype, int64_t m, int64_t n, int64_t k, TweGemmScaling scaling) {
+                            TweDType out_dtype, int64_t m, int64_t n, int64_t k, TweGemmScaling scaling,
+                            int64_t block) {
   __shared__ float a_tile[kTile][kTileK + 1];
   __shared__ float b_tile[kTile][kTileK + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -70,32 +68,39 @@ __global__ void gemm_kernel(DeviceOperand a, DeviceOperand b, const void* bias, 
       const int64_t kk = k0 + c;
       const int64_t a_row = static_cast<int64_t>(blockIdx.y) * kTile + r;
       const int64_t b_row = static_cast<int64_t>(blockIdx.x) * kTile + r;
-      a_tile[r][c] = (a_row < m && kk < k) ? operand_value(a, a_row, kk) : 0.0f;
-      b_tile[r][c] = (b_row < n && kk < k) ? operand_value(b, b_row, kk) : 0.0f;
+      a_tile[r][c] = (a_row < m && kk < k) ? operand_value(a, scaling, a_row, kk) : 0.0f;
+      b_tile[r][c] = (b_row < n && kk < k) ? operand_value(b, scaling, b_row, kk) : 0.0f;
     }
     __syncthreads();
-    for (int c = 0; c < kTileK; ++c) partial = partial + a_tile[ty][c] * b_tile[tx][c];
-    __syncthreads();
-    if (scaling == kTweGemmMXFP8) {
-      const int64_t block = k0 / kMxfp8GemmBlock;
-      if (inside) acc = acc + numerics::gemm_scale_partial(partial, mxfp8_scale(a, row, block), mxfp8_scale(b, col, block));
-      partial = 0.0f;
+    for (int c = 0; c < kTileK && k0 + c < k; ++c) {
+      partial = partial + a_tile[ty][c] * b_tile[tx][c];
+      const int64_t kk = k0 + c;
+      if (block > 0 && ((kk + 1) % block == 0 || kk + 1 == k)) {  // end of a K-block
+        if (inside) {
+          const int64_t j = kk / block;
+          acc = acc + numerics::gemm_scale_partial(partial, gemm_block_scale(scaling, a.op, a.scale_stride, row, j),
+                                                   gemm_block_scale(scaling, b.op, b.scale_stride, col, j));
+        }
+        partial = 0.0f;
+      }
     }
+    __syncthreads();
   }
   if (!inside) return;
+  if (block == 0) acc = partial;
   if (scaling == kTweGemmFP8PerTensor) {
-    acc = numerics::gemm_scale_partial(partial, *static_cast<const float*>(a.scale_inv),
-                                       *static_cast<const float*>(b.scale_inv));
-  } else if (scaling == kTweGemmHighPrecision) {
-    acc = partial;
+    acc = numerics::gemm_scale_partial(acc, *static_cast<const float*>(a.op.scale_inv.data),
+                                       *static_cast<const float*>(b.op.scale_inv.data));
+  } else if (scaling == kTweGemmNVFP4) {
+    acc = numerics::gemm_scale_partial(acc, numerics::nvfp4_global_decode_scale(*static_cast<const float*>(a.op.amax.data)),
+                                       numerics::nvfp4_global_decode_scale(*static_cast<const float*>(b.op.amax.data)));
   }
   if (bias) acc = acc + load_value(bias, bias_dtype, col);
   store_value(out, out_dtype, row * n + col, acc);
 }
 
 DeviceOperand device_operand(const TweGemmOperand& op, int64_t rows, int64_t k) {
-  return DeviceOperand{op.data.data, op.data.dtype, op.scale_inv.data, op.k_major != 0, rows, k,
-                       present(&op.scale_inv) ? cols(op.scale_inv) : 0};
+  return DeviceOperand{op, rows, k, present(&op.scale_inv) ? cols(op.scale_inv) : 0};
 }
 
 }  // namespace
@@ -107,7 +112,7 @@ TweStatus gemm(const GemmArgs& args) {
   gemm_kernel<<<blocks, threads, 0, static_cast<cudaStream_t>(args.stream)>>>(
       device_operand(*args.a, args.m, args.k), device_operand(*args.b, args.n, args.k),
       args.bias ? args.bias->data : nullptr, args.bias ? args.bias->dtype : kTweFloat32, args.out->data,
-      args.out->dtype, args.m, args.n, args.k, args.scaling);
+      args.out->dtype, args.m, args.n, args.k, args.scaling, gemm_block_length(args.scaling));
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return fail(kTweCudaError, std::string("gemm kernel launch failed: ") + cudaGetErrorString(err));
   return kTweSuccess;

@@ -9,8 +9,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ...linear import LinearQuantizers, check_delayed_state, linear_quantizers
+from ...linear import LinearQuantizers, check_delayed_state, check_rng, linear_quantizers
 from ...ops.gemm import gemm_operand
 from ...recipe import Recipe
 from ..autocast import current_recipe
@@ -62,12 +63,12 @@ _dense.defvjp(_dense_fwd, _dense_bwd)
 
 # ---- quantized --------------------------------------------------------------------------
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _dense_quantized(x, kernel, bias, state, qs: LinearQuantizers):
-    return _dense_quantized_fwd(x, kernel, bias, state, qs)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _dense_quantized(x, kernel, bias, state, rng, qs: LinearQuantizers):
+    return _dense_quantized_fwd(x, kernel, bias, state, rng, qs)[0]
 
 
-def _dense_quantized_fwd(x, kernel, bias, state, qs: LinearQuantizers):
+def _dense_quantized_fwd(x, kernel, bias, state, rng, qs: LinearQuantizers):
     w = kernel.T
     x2 = x.reshape(-1, x.shape[-1])
     fwd_scale = state["fwd_scale"] if qs.delayed else None
@@ -80,18 +81,18 @@ def _dense_quantized_fwd(x, kernel, bias, state, qs: LinearQuantizers):
         new_history, new_scale = update_delayed_scaling(history, fwd_scale, qs.fwd_fp8_dtype, margin=qs.margin,
                                                         amax_compute_algo=qs.amax_compute_algo)
         new_state = {**state, "fwd_amax_history": new_history, "fwd_scale": new_scale}
-    residuals = (qx.columnwise_data, qx.columnwise_scale_inv, qw.columnwise_data, qw.columnwise_scale_inv,
-                 jnp.zeros((0,), x.dtype), jnp.zeros((0,), kernel.dtype),
-                 None if bias is None else jnp.zeros((0,), bias.dtype), new_state)
+    residuals = (qx.columnwise_data, qx.columnwise_scale_inv, qx.columnwise_amax, qw.columnwise_data,
+                 qw.columnwise_scale_inv, qw.columnwise_amax, jnp.zeros((0,), x.dtype), jnp.zeros((0,), kernel.dtype),
+                 None if bias is None else jnp.zeros((0,), bias.dtype), new_state, rng)
     return (y, new_state), residuals
 
 
 def _dense_quantized_bwd(qs: LinearQuantizers, res, cotangents):
-    x_col, x_col_scale, w_col, w_col_scale, x_tag, w_tag, bias_tag, state = res
+    (x_col, x_col_scale, x_col_amax, w_col, w_col_scale, w_col_amax, x_tag, w_tag, bias_tag, state, rng) = res
     dy = cotangents[0]
     dy2 = dy.reshape(-1, dy.shape[-1])
     bwd_scale = state["bwd_scale"] if qs.delayed else None
-    qdy = quantize(dy2, qs.grad_output, scale=bwd_scale)
+    qdy = quantize(dy2, qs.grad_output, scale=bwd_scale, rng=rng)
     state_out = None
     if qs.delayed:
         history = record_amax(state["bwd_amax_history"], qdy.amax)
@@ -99,18 +100,19 @@ def _dense_quantized_bwd(qs: LinearQuantizers, res, cotangents):
                                                         amax_compute_algo=qs.amax_compute_algo)
         # The state's "gradient" is the next state: forward slots from the forward, grad slot from here.
         state_out = {**state, "bwd_amax_history": new_history, "bwd_scale": new_scale}
-    qw = gemm_operand(w_col, w_col_scale, qs.weight, columnwise=True)
-    qx = gemm_operand(x_col, x_col_scale, qs.input, columnwise=True)
+    qw = gemm_operand(w_col, w_col_scale, qs.weight, True, w_col_amax)
+    qx = gemm_operand(x_col, x_col_scale, qs.input, True, x_col_amax)
     dx = gemm(qdy, qw, b_columnwise=True, out_dtype=x_tag.dtype).reshape(*dy.shape[:-1], qw.shape[1])
     dw = gemm(qdy, qx, a_columnwise=True, b_columnwise=True, out_dtype=w_tag.dtype)
     db = None if bias_tag is None else _bias_grad(dy2, bias_tag.dtype)
-    return dx, dw.T, db, state_out
+    rng_ct = None if rng is None else np.zeros(rng.shape, dtype=jax.dtypes.float0)
+    return dx, dw.T, db, state_out, rng_ct
 
 
 _dense_quantized.defvjp(_dense_quantized_fwd, _dense_quantized_bwd)
 
 
-def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | None = None):
+def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | None = None, rng=None):
     """y = x · kernel (+ bias), quantized as `recipe` (default: the innermost
     ``twinengine.jax.autocast`` region) says; jit-, grad- and vmap-clean.
 
@@ -122,6 +124,8 @@ def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | N
         returns ``(y, state_after_forward)`` (forward slots updated), and the gradient of the
         loss with respect to ``state`` *is* the next state (forward slots from the forward,
         the grad slot updated in the backward pass) — use it instead of applying it.
+    rng: integer [seed, offset] (2,), required when the recipe's grad_output rounds
+        stochastically (NVFP4); the same values as the torch Linear's rng_state give the same bytes.
     Raises:
         TypeError / ValueError: unsupported recipe or combination, missing / mismatched state.
         RuntimeError: an autocast region entered outside the jitted function (stale recipe).
@@ -131,10 +135,12 @@ def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | N
     if recipe is None:
         return _dense(x, kernel, bias)
     qs = linear_quantizers(recipe)
+    check_rng(qs, rng is not None)
+    rng = jnp.asarray(rng) if qs.needs_rng else None
     if qs.delayed:
         if state is None:
             raise ValueError("twinengine.linear: DelayedScaling needs state= (twinengine.jax.delayed_scaling_state)")
         check_delayed_state(state["fwd_amax_history"].shape[0], qs)
-        return _dense_quantized(x, kernel, bias, state, qs)
-    y, _ = _dense_quantized(x, kernel, bias, None, qs)
+        return _dense_quantized(x, kernel, bias, state, rng, qs)
+    y, _ = _dense_quantized(x, kernel, bias, None, rng, qs)
     return y

@@ -8,20 +8,23 @@ import torch
 
 import twinengine.jax as tj
 import twinengine.pytorch as tp
-from twinengine.quantizers import Float8CurrentScalingQuantizer, Float8DelayedScalingQuantizer, MXFP8Quantizer
+from twinengine.quantizers import (Float8BlockQuantizer, Float8CurrentScalingQuantizer, Float8DelayedScalingQuantizer,
+                                   MXFP8Quantizer, NVFP4Quantizer)
 
 QUANTIZERS = {
     "high_precision": None,
     "fp8_current": (Float8CurrentScalingQuantizer("e4m3"), Float8CurrentScalingQuantizer("e5m2")),
     "fp8_delayed": (Float8DelayedScalingQuantizer("e4m3"), Float8DelayedScalingQuantizer("e5m2")),
     "mxfp8": (MXFP8Quantizer("e4m3"), MXFP8Quantizer("e5m2")),
+    "fp8_block": (Float8BlockQuantizer("e4m3"), Float8BlockQuantizer("e5m2")),
+    "nvfp4": (NVFP4Quantizer(), NVFP4Quantizer()),
 }
 USAGES = {"fprop": ("x", "w", False, False), "dgrad": ("dy", "w", False, True), "wgrad": ("dy", "x", True, True)}
 RNG = np.random.default_rng(11)
-ARRAYS = {"x": RNG.standard_normal((64, 160)).astype(np.float32),
-          "w": RNG.standard_normal((96, 160)).astype(np.float32) * 0.1,
-          "dy": RNG.standard_normal((64, 96)).astype(np.float32) * 1e-2}
-BIAS = RNG.standard_normal(160).astype(np.float32)
+ARRAYS = {"x": RNG.standard_normal((128, 384)).astype(np.float32),
+          "w": RNG.standard_normal((256, 384)).astype(np.float32) * 0.1,
+          "dy": RNG.standard_normal((128, 256)).astype(np.float32) * 1e-2}
+BIAS = RNG.standard_normal(384).astype(np.float32)
 
 
 def _operand(fe, name, fmt, dtype):

@@ -19,13 +19,15 @@ RECIPES = {
     "mxfp8_2d": R.MXFP8BlockScaling(enable_2d_quantization=True),
     "fp8_current": R.Float8CurrentScaling(),
     "delayed": R.DelayedScaling(amax_history_len=3),
+    "fp8_block": R.Float8BlockScaling(),
+    "nvfp4_no_rht": R.NVFP4BlockScaling(disable_rht=True),
     "custom": R.CustomRecipe(lambda role: Float8CurrentScalingQuantizer("e5m2" if role == "grad_output" else "e4m3",
                                                                         force_pow_2_scales=True)),
 }
 DTYPES = {"float32": (torch.float32, jnp.float32), "bfloat16": (torch.bfloat16, jnp.bfloat16)}
-K, N, STEPS = 64, 96, 2
+K, N, STEPS = 128, 128, 2  # FP8 block scaling needs rows and K divisible by 128
 RNG = np.random.default_rng(2024)
-X = [RNG.standard_normal((2, 32, K)).astype(np.float32) * (1 + step) for step in range(STEPS)]
+X = [RNG.standard_normal((2, 64, K)).astype(np.float32) * (1 + step) for step in range(STEPS)]
 W = (RNG.standard_normal((N, K)) * 0.1).astype(np.float32)
 B = RNG.standard_normal(N).astype(np.float32)
 GW = np.linspace(-1.5, 1.0, N).astype(np.float32)
@@ -62,9 +64,10 @@ def run_torch(recipe, dtype, forward):
 
 
 def run_jax(recipe, dtype):
-    def loss(x, kernel, bias, state):
+    def loss(x, kernel, bias, state, rng):
         with tj.autocast(recipe, enabled=recipe is not None):
-            out = tj.dense(x, kernel, bias, state=state if isinstance(recipe, R.DelayedScaling) else None)
+            out = tj.dense(x, kernel, bias, state=state if isinstance(recipe, R.DelayedScaling) else None,
+                           rng=rng if isinstance(recipe, R.NVFP4BlockScaling) else None)
         y = out[0] if isinstance(out, tuple) else out
         return (y.astype(jnp.float32) * GW).sum(), y
 
@@ -72,8 +75,9 @@ def run_jax(recipe, dtype):
     state = tj.delayed_scaling_state(3)
     kernel, bias = jnp.asarray(W.T, dtype), jnp.asarray(B, dtype)
     steps = []
-    for x_np in X:
-        (dx, dk, db, ds), y = step(jnp.asarray(x_np, dtype), kernel, bias, state)
+    for i, x_np in enumerate(X):
+        # the torch Linear's rng_state: [rng_seed=0, one offset per forward call]
+        (dx, dk, db, ds), y = step(jnp.asarray(x_np, dtype), kernel, bias, state, jnp.array([0, i], jnp.int32))
         if isinstance(recipe, R.DelayedScaling):
             state = ds
         steps.append([y, dx, dk, db] + [state[k] for k in ("fwd_amax_history", "fwd_scale", "bwd_amax_history",
@@ -84,8 +88,11 @@ def run_jax(recipe, dtype):
 LABELS = ["y", "dx", "dw", "db", "fwd_amax_history", "fwd_scale", "bwd_amax_history", "bwd_scale"]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", RECIPES)
+CASES = [(name, dtype) for name in RECIPES for dtype in DTYPES] + [("nvfp4", "bfloat16")]
+RECIPES["nvfp4"] = R.NVFP4BlockScaling()  # RHT (bf16 only), 2D weights, stochastic rounding
+
+
+@pytest.mark.parametrize("name,dtype", CASES)
 def test_linear_torch_eager_compiled_and_jax_bytes_identical(name, dtype):
     recipe = RECIPES[name]
     torch_dtype, jax_dtype = DTYPES[dtype]

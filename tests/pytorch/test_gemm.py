@@ -5,9 +5,10 @@ import pytest
 import torch
 
 import twinengine.pytorch as te
-from twinengine.quantizers import Float8CurrentScalingQuantizer, Float8DelayedScalingQuantizer, MXFP8Quantizer
-from reference.gemm import (gemm_ref, gemm_tolerance_ref, high_precision_operand_ref, mxfp8_operand_ref,
-                            per_tensor_operand_ref)
+from twinengine.quantizers import (Float8BlockQuantizer, Float8CurrentScalingQuantizer, Float8DelayedScalingQuantizer,
+                                   MXFP8Quantizer, NVFP4Quantizer)
+from reference.gemm import (fp8_block_operand_ref, gemm_ref, gemm_tolerance_ref, high_precision_operand_ref,
+                            mxfp8_operand_ref, nvfp4_operand_ref, per_tensor_operand_ref)
 
 # format -> role -> quantizer (None: high precision, the tensor's own dtype)
 FORMATS = {
@@ -20,7 +21,16 @@ FORMATS = {
     "mxfp8": {"input": MXFP8Quantizer("e4m3"), "weight": MXFP8Quantizer("e4m3"), "grad_output": MXFP8Quantizer("e5m2")},
     "mxfp8_2d": {"input": MXFP8Quantizer("e4m3"), "weight": MXFP8Quantizer("e4m3", with_2d_quantization=True),
                  "grad_output": MXFP8Quantizer("e4m3")},
+    "fp8_block": {"input": Float8BlockQuantizer("e4m3"), "weight": Float8BlockQuantizer("e4m3", block_scaling_dim=2),
+                  "grad_output": Float8BlockQuantizer("e5m2")},
+    "nvfp4": {"input": NVFP4Quantizer(), "weight": NVFP4Quantizer(with_2d_quantization=True),
+              "grad_output": NVFP4Quantizer()},
+    # bf16 inputs: the columnwise copies of input and grad_output carry the Hadamard transform
+    "nvfp4_rht": {"input": NVFP4Quantizer(with_rht=True), "weight": NVFP4Quantizer(with_2d_quantization=True),
+                  "grad_output": NVFP4Quantizer(with_rht=True)},
 }
+# FP8 block needs rows and K divisible by 128
+BLOCK_128 = ("fp8_block",)
 # usage -> (a role, b role, a_columnwise, b_columnwise)
 USAGES = {
     "fprop": ("input", "weight", False, False),
@@ -30,11 +40,12 @@ USAGES = {
 M, N, K = 64, 32, 96
 
 
-def tensors(seed=0):
+def tensors(seed=0, scale=1):
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((2, M // 2, K)).astype(np.float32) * 3
-    w = rng.standard_normal((N, K)).astype(np.float32) / 4
-    dy = rng.standard_normal((2, M // 2, N)).astype(np.float32) * 1e-3
+    m, n, k = M * scale, N * scale, K * scale
+    x = rng.standard_normal((2, m // 2, k)).astype(np.float32) * 3
+    w = rng.standard_normal((n, k)).astype(np.float32) / 4
+    dy = rng.standard_normal((2, m // 2, n)).astype(np.float32) * 1e-3
     bias = rng.standard_normal(N).astype(np.float32)
     return {"input": x, "weight": w, "grad_output": dy, "bias": bias}
 
@@ -42,8 +53,8 @@ def tensors(seed=0):
 def operand(fmt, role, array):
     """The operand in framework `te` (torch) form for this format."""
     t = torch.from_numpy(array)
-    if fmt == "bf16":
-        return t.to(torch.bfloat16)
+    if fmt in ("bf16", "nvfp4_rht"):
+        t = t.to(torch.bfloat16)
     if FORMATS[fmt] is None:
         return t
     q = FORMATS[fmt][role]
@@ -59,6 +70,10 @@ def ref_operand(fmt, x, columnwise):
     scale = getattr(x, f"{prefix}_scale_inv").numpy()
     if fmt.startswith("mxfp8"):
         return mxfp8_operand_ref(data, x.quantizer.fp8_dtype, scale, columnwise)
+    if fmt == "fp8_block":
+        return fp8_block_operand_ref(data, x.quantizer.fp8_dtype, scale, x.quantizer.block_scaling_dim == 2)
+    if fmt.startswith("nvfp4"):
+        return nvfp4_operand_ref(data, scale, (x.columnwise_amax if columnwise else x.amax).numpy())
     return per_tensor_operand_ref(data, x.quantizer.fp8_dtype, scale)
 
 
@@ -76,7 +91,7 @@ def check_against_reference(out, fmt, a, b, a_col, b_col, bias, out_dtype):
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("out_dtype,with_bias", [(torch.float32, False), (torch.bfloat16, True)])
 def test_gemm_matches_reference(fmt, usage, out_dtype, with_bias):
-    arrays = tensors()
+    arrays = tensors(scale=4 if fmt in BLOCK_128 else 1)
     a_role, b_role, a_col, b_col = USAGES[usage]
     a, b = operand(fmt, a_role, arrays[a_role]), operand(fmt, b_role, arrays[b_role])
     n = b.shape[0] if not b_col else b.shape[-1]
@@ -114,8 +129,8 @@ def test_gemm_opcheck():
     dy = torch.from_numpy(arrays["grad_output"]).reshape(M, N)
     qdy, qx = te.quantize(dy, q), te.quantize(x, q)
     torch.library.opcheck(torch.ops.twinengine.gemm_quantized.default,
-                          (qdy.columnwise_data, qdy.columnwise_scale_inv, q, qx.columnwise_data,
-                           qx.columnwise_scale_inv, q, None, True, True, "bfloat16"),
+                          (qdy.columnwise_data, qdy.columnwise_scale_inv, None, q, qx.columnwise_data,
+                           qx.columnwise_scale_inv, None, q, None, True, True, "bfloat16"),
                           # test_schema perturbs inputs with arithmetic torch lacks for float8 dtypes
                           test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
 
@@ -173,3 +188,18 @@ def test_gemm_multi_chunk_shapes_match_reference(fmt):
                             "float32")
     a, b = operand(fmt, "input", x[:, :96].copy()), operand(fmt, "weight", rng.standard_normal((608, 96)).astype(np.float32))
     check_against_reference(te.gemm(a, b), fmt, a, b, False, False, None, "float32")
+
+
+def test_gemm_rejects_two_2d_fp8_block_operands():
+    q = Float8BlockQuantizer(block_scaling_dim=2)
+    x = te.quantize(torch.randn(128, 128), q)
+    with pytest.raises(ValueError, match="twinengine.gemm: FP8 block GEMMs need at least one 1D"):
+        te.gemm(x, x)
+
+
+def test_gemm_rejects_hadamard_copy_with_plain_copy():
+    x = torch.randn(32, 32, dtype=torch.bfloat16)
+    a = te.quantize(x, NVFP4Quantizer(with_rht=True))
+    b = te.quantize(x, NVFP4Quantizer())
+    with pytest.raises(ValueError, match="twinengine.gemm: the random Hadamard transform must apply to both"):
+        te.gemm(a, b, a_columnwise=True, b_columnwise=True)

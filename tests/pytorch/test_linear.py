@@ -11,12 +11,13 @@ from twinengine import QuantizedTensor
 from twinengine import recipe as R
 from twinengine.quantizers import Float8CurrentScalingQuantizer, MXFP8Quantizer
 
-IN, OUT = 64, 32
+IN, OUT = 128, 128  # FP8 block scaling needs rows and K divisible by 128
 RECIPES = {
     "high_precision": None,
     "mxfp8": R.MXFP8BlockScaling(),
     "fp8_current": R.Float8CurrentScaling(),
     "delayed": R.DelayedScaling(amax_history_len=4, margin=1),
+    "fp8_block": R.Float8BlockScaling(),
     "custom": R.CustomRecipe(lambda role: MXFP8Quantizer("e5m2" if role == "grad_output" else "e4m3",
                                                          with_2d_quantization=role == "weight")),
 }
@@ -29,7 +30,7 @@ def make_layer(seed=0, dtype=torch.float32):
 
 def make_input(seed=1, batch=2, dtype=torch.float32):
     g = np.random.default_rng(seed)
-    return torch.from_numpy(g.standard_normal((batch, 32, IN)).astype(np.float32)).to(dtype).requires_grad_()
+    return torch.from_numpy(g.standard_normal((batch, 64, IN)).astype(np.float32)).to(dtype).requires_grad_()
 
 
 GRAD_WEIGHTS = torch.linspace(-2.0, 1.0, OUT)
@@ -218,17 +219,25 @@ def test_linear_quantized_weight_eager_and_compiled():
                        "y vs explicit")
 
 
-def test_linear_bf16_compiled_matches_eager():
-    recipe = RECIPES["mxfp8"]
-
+@pytest.mark.parametrize("recipe", [R.MXFP8BlockScaling(), R.NVFP4BlockScaling()], ids=["mxfp8", "nvfp4"])
+def test_linear_bf16_compiled_matches_eager(recipe):
+    # NVFP4BlockScaling: RHT on the columnwise copies (bf16 only), 2D weights, stochastic
+    # rounding of dy from the layer's rng_state, which advances per call (two steps differ).
     def run(step):
         layer, x = make_layer(dtype=torch.bfloat16), make_input(dtype=torch.bfloat16)
-        y = step(layer, x, recipe)
-        return y, x.grad, layer.weight.grad, layer.bias.grad
+        out = []
+        for _ in range(2):
+            layer.zero_grad()
+            x.grad = None
+            y = step(layer, x, recipe)
+            out.append([t.detach().clone() for t in (y, x.grad, layer.weight.grad, layer.bias.grad, layer.rng_state)])
+        return out
 
-    for a, b in zip(run(_step), run(_COMPILED_STEP)):
-        assert a.dtype == torch.bfloat16
-        assert_bytes_equal(a, b, "bf16")
+    eager, compiled = run(_step), run(_COMPILED_STEP)
+    for e, c in zip(eager, compiled):
+        for a, b in zip(e, c):
+            assert_bytes_equal(a, b, "bf16")
+    assert torch.equal(eager[1][4], torch.tensor([0, 2]))
 
 
 def test_linear_rejects_mixed_quantizer_families():
@@ -237,9 +246,16 @@ def test_linear_rejects_mixed_quantizer_families():
         _step(make_layer(), make_input(), recipe)
 
 
-def test_linear_rejects_formats_without_gemm():
-    with pytest.raises(TypeError, match="twinengine.linear: Float8BlockScaling gives the input a Float8BlockQuantizer"):
-        _step(make_layer(), make_input(), R.Float8BlockScaling())
+def test_linear_nvfp4_rht_rejects_fp32_input():
+    with pytest.raises(TypeError, match="twinengine.quantize: NVFP4 with_rht=True with columnwise usage needs bfloat16"):
+        _step(make_layer(), make_input(), R.NVFP4BlockScaling())
+
+
+def test_linear_stochastic_rounding_needs_rng():
+    layer = make_layer(dtype=torch.bfloat16)
+    with te.autocast(recipe=R.NVFP4BlockScaling()):
+        with pytest.raises(ValueError, match="twinengine.linear: the recipe's grad_output quantizer rounds stochastically"):
+            te.linear(make_input(dtype=torch.bfloat16), layer.weight, layer.bias)
 
 
 def test_linear_rejects_history_length_mismatch():
@@ -267,7 +283,7 @@ def test_linear_opcheck():
     torch.library.opcheck(torch.ops.twinengine.linear.default, (x, w, b))
     q = MXFP8Quantizer()
     torch.library.opcheck(torch.ops.twinengine.linear_quantized.default,
-                          (x, w, b, None, None, None, None, q, q, q, None, None, None, 0, "max"),
+                          (x, w, b, None, None, None, None, q, q, q, None, None, None, None, 0, "max"),
                           # test_aot_dispatch_dynamic sums every output, and torch cannot sum float8 ones;
                           # the compiled-vs-eager tests above cover AOT dispatch.
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .quantize import decode_fp8_ref, e8m0_to_float_ref
+from .quantize import decode_e2m1_ref, decode_fp8_ref, e8m0_to_float_ref, unpack_e2m1_ref
 
-__all__ = ["per_tensor_operand_ref", "mxfp8_operand_ref", "high_precision_operand_ref", "gemm_ref",
-           "gemm_tolerance_ref"]
+__all__ = ["per_tensor_operand_ref", "mxfp8_operand_ref", "fp8_block_operand_ref", "nvfp4_operand_ref",
+           "high_precision_operand_ref", "gemm_ref", "gemm_tolerance_ref"]
 
 _MX_BLOCK = 32
 
@@ -48,6 +48,30 @@ def mxfp8_operand_ref(codes, fmt: str, scale_codes, columnwise: bool) -> tuple[n
     return v, e8m0_to_float_ref(e[:rows, : cols // _MX_BLOCK]).astype(np.float64)
 
 
+
+
+def fp8_block_operand_ref(codes, fmt: str, scale_inv, block_2d: bool) -> tuple[np.ndarray, np.ndarray]:
+    """An FP8-block copy (§6) as the GEMM reads it: K-major data (rows, K) (rowwise data, or the
+    transposed columnwise data) with fp32 scales per 128 K: 1D stored (K/128, rows) R-minor, 2D
+    per 128x128 tile (rows/128, K/128)."""
+    v = _as_2d(decode_fp8_ref(np.asarray(codes).view(np.uint8), fmt).astype(np.float64))
+    s = np.asarray(scale_inv, dtype=np.float64)
+    rows, k = v.shape
+    if block_2d:
+        return v, np.repeat(s[: -(-rows // 128), : -(-k // 128)], 128, axis=0)[:rows]
+    return v, s[: -(-k // 128), :rows].T
+
+
+def nvfp4_operand_ref(packed, scale_codes, amax) -> tuple[np.ndarray, np.ndarray]:
+    """An NVFP4 copy (§7) as the GEMM reads it (§8): K-major packed E2M1 (rows, K/2), E4M3 block
+    scales per 16 K, times the global decode scale S_dec = 1/min(2688/A, FLT_MAX) (1 for A = 0)."""
+    v = _as_2d(decode_e2m1_ref(unpack_e2m1_ref(np.asarray(packed).view(np.uint8))).astype(np.float64))
+    rows, k = v.shape
+    d = decode_fp8_ref(np.asarray(scale_codes).view(np.uint8)[:rows, : k // 16], "e4m3").astype(np.float64)
+    a = np.float32(np.asarray(amax).reshape(-1)[0])
+    s_enc = np.float32(1.0) if a == 0 else np.minimum(np.float32(2688.0) / a, np.float32(np.finfo(np.float32).max))
+    s_enc = np.float32(1.0) if s_enc == 0 else s_enc
+    return v, d * float(np.float32(1.0) / np.float32(s_enc))
 
 
 def gemm_ref(a, b, bias=None) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...ops.gemm import GEMM, gemm_arrays, gemm_operand
+from ...ops.gemm import GEMM, copy_arrays, gemm_arrays, gemm_operand
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
@@ -41,25 +41,26 @@ def _(a, b, bias, a_columnwise, b_columnwise, out_dtype):
 
 
 @torch.library.custom_op("twinengine::gemm_quantized", mutates_args=())
-def _gemm_quantized(a_data: torch.Tensor, a_scale_inv: torch.Tensor, a_quantizer: Quantizer, b_data: torch.Tensor,
-                    b_scale_inv: torch.Tensor, b_quantizer: Quantizer, bias: torch.Tensor | None, a_columnwise: bool,
+def _gemm_quantized(a_data: torch.Tensor, a_scale_inv: torch.Tensor, a_amax: torch.Tensor | None,
+                    a_quantizer: Quantizer, b_data: torch.Tensor, b_scale_inv: torch.Tensor,
+                    b_amax: torch.Tensor | None, b_quantizer: Quantizer, bias: torch.Tensor | None, a_columnwise: bool,
                     b_columnwise: bool, out_dtype: str) -> torch.Tensor:
-    a = gemm_operand(a_data, a_scale_inv, a_quantizer, a_columnwise)
-    b = gemm_operand(b_data, b_scale_inv, b_quantizer, b_columnwise)
+    a = gemm_operand(a_data, a_scale_inv, a_quantizer, a_columnwise, a_amax)
+    b = gemm_operand(b_data, b_scale_inv, b_quantizer, b_columnwise, b_amax)
     return _gemm_impl(a, b, bias, a_columnwise, b_columnwise, out_dtype, a_data.device, fake=False)
 
 
 @_gemm_quantized.register_fake
-def _(a_data, a_scale_inv, a_quantizer, b_data, b_scale_inv, b_quantizer, bias, a_columnwise, b_columnwise,
-      out_dtype):
-    a = gemm_operand(a_data, a_scale_inv, a_quantizer, a_columnwise)
-    b = gemm_operand(b_data, b_scale_inv, b_quantizer, b_columnwise)
+def _(a_data, a_scale_inv, a_amax, a_quantizer, b_data, b_scale_inv, b_amax, b_quantizer, bias, a_columnwise,
+      b_columnwise, out_dtype):
+    a = gemm_operand(a_data, a_scale_inv, a_quantizer, a_columnwise, a_amax)
+    b = gemm_operand(b_data, b_scale_inv, b_quantizer, b_columnwise, b_amax)
     return _gemm_impl(a, b, bias, a_columnwise, b_columnwise, out_dtype, a_data.device, fake=True)
 
 
-def _copy(qt: QuantizedTensor, columnwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    prefix = "columnwise" if columnwise else "rowwise"
-    return getattr(qt, f"{prefix}_data"), getattr(qt, f"{prefix}_scale_inv")
+def _nvfp4_only(qt: QuantizedTensor, amax: torch.Tensor | None) -> torch.Tensor | None:
+    """The copy's global amax where the GEMM reads it (NVFP4), else None (fewer graph inputs)."""
+    return amax if qt.quantizer.scaling_mode == "nvfp4" else None
 
 
 def gemm(a: torch.Tensor | QuantizedTensor, b: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
@@ -71,7 +72,7 @@ def gemm(a: torch.Tensor | QuantizedTensor, b: torch.Tensor | QuantizedTensor, b
         Linear: fprop gemm(x, w), dgrad gemm(dy, w, b_columnwise=True), wgrad
         gemm(dy, x, a_columnwise=True, b_columnwise=True).
     Dtypes: both operands high precision (fp32/bf16/fp16) or both QuantizedTensors of one
-        format family (per-tensor FP8, MXFP8); out fp32 / bf16 / fp16.
+        format family (per-tensor FP8, MXFP8, FP8 block, NVFP4); out fp32 / bf16 / fp16.
     Numerics: NUMERICS.md §8 (fp32 accumulation, per-K-block scaling for block formats, one
         final rounding); the same kernel as ``twinengine.jax.gemm``, so identical bytes.
     Raises:
@@ -81,12 +82,13 @@ def gemm(a: torch.Tensor | QuantizedTensor, b: torch.Tensor | QuantizedTensor, b
     descs = (_describe(a), _describe(b), meta(bias))
     GEMM.validate(*descs, a_columnwise=a_columnwise, b_columnwise=b_columnwise, out_dtype=out_name)
     if isinstance(a, QuantizedTensor):
-        a_data, a_scale = _copy(a, a_columnwise)
-        b_data, b_scale = _copy(b, b_columnwise)
+        a_data, a_scale, a_amax = copy_arrays(a, a_columnwise)
+        b_data, b_scale, b_amax = copy_arrays(b, b_columnwise)
         for name, t in (("a", a_data), ("b", b_data), ("bias", bias)):
             check_tensor_device("gemm", name, t)
-        return torch.ops.twinengine.gemm_quantized(a_data, a_scale, a.quantizer, b_data, b_scale, b.quantizer, bias,
-                                                   a_columnwise, b_columnwise, out_name)
+        return torch.ops.twinengine.gemm_quantized(a_data, a_scale, _nvfp4_only(a, a_amax), a.quantizer, b_data,
+                                                   b_scale, _nvfp4_only(b, b_amax), b.quantizer, bias, a_columnwise,
+                                                   b_columnwise, out_name)
     for name, t in (("a", a), ("b", b), ("bias", bias)):
         check_tensor_device("gemm", name, t)
     return torch.ops.twinengine.gemm(a, b, bias, a_columnwise, b_columnwise, out_name)

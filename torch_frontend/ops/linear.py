@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ...linear import check_delayed_state, linear_quantizers
+from ...linear import check_delayed_state, check_rng, linear_quantizers
 from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
@@ -66,8 +66,9 @@ def _linear_quantized_body(
     w_columnwise_data: torch.Tensor | None, w_columnwise_scale_inv: torch.Tensor | None,
     input_quantizer: Quantizer, weight_quantizer: Quantizer, grad_quantizer: Quantizer,
     fwd_scale: torch.Tensor | None, bwd_scale: torch.Tensor | None, bwd_amax_history: torch.Tensor | None,
-    margin: int, amax_compute_algo: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    rng: torch.Tensor | None, margin: int, amax_compute_algo: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+           torch.Tensor]:
     delayed = fwd_scale is not None
     x2 = x.reshape(-1, x.shape[-1])
     qx = quantize(x2, input_quantizer, scale=fwd_scale[0:1] if delayed else None)
@@ -82,10 +83,13 @@ def _linear_quantized_body(
     y = gemm(qx, qw, bias, out_dtype=x.dtype).reshape(*x.shape[:-1], qw.shape[0])
     zero = torch.zeros(1, dtype=torch.float32, device=x.device)
     amax = torch.cat([qx.amax if delayed else zero, w_amax if delayed and w_amax is not None else zero])
+    x_col_amax = qx.columnwise_amax if qx.columnwise_amax is not None else zero.clone()
     if weight is None:  # the backward reads the given copies (an op must not return its inputs)
         empty = [torch.empty(0, dtype=t.dtype, device=x.device) for t in (w_columnwise_data, w_columnwise_scale_inv)]
-        return y, qx.columnwise_data, qx.columnwise_scale_inv, empty[0], empty[1], amax
-    return y, qx.columnwise_data, qx.columnwise_scale_inv, qw.columnwise_data, qw.columnwise_scale_inv, amax
+        return y, qx.columnwise_data, qx.columnwise_scale_inv, empty[0], empty[1], x_col_amax, zero.clone(), amax
+    w_col_amax = qw.columnwise_amax if qw.columnwise_amax is not None else zero.clone()
+    return (y, qx.columnwise_data, qx.columnwise_scale_inv, qw.columnwise_data, qw.columnwise_scale_inv, x_col_amax,
+            w_col_amax, amax)
 
 
 _linear_quantized = torch.library.custom_op("twinengine::linear_quantized", mutates_args=())(_linear_quantized_body)
@@ -93,48 +97,52 @@ _linear_quantized = torch.library.custom_op("twinengine::linear_quantized", muta
 _linear_quantized.register_fake(_linear_quantized_body)
 
 
+def _amax_if_nvfp4(quantizer: Quantizer, amax: torch.Tensor) -> torch.Tensor | None:
+    return amax if quantizer.scaling_mode == "nvfp4" else None
+
+
 def _linear_quantized_setup(ctx, inputs, output):
     (x, weight, bias, _, _, given_w_col, given_w_col_scale, input_q, weight_q, grad_q, _, bwd_scale, bwd_history,
-     margin, algo) = inputs
-    _, x_col, x_col_scale, w_col, w_col_scale, amax = output
-    ctx.mark_non_differentiable(x_col, x_col_scale, w_col, w_col_scale, amax)
+     rng, margin, algo) = inputs
+    _, x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, amax = output
+    ctx.mark_non_differentiable(x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, amax)
     if weight is None:
         w_col, w_col_scale = given_w_col, given_w_col_scale
-    ctx.save_for_backward(x_col, x_col_scale, w_col, w_col_scale, bwd_scale, bwd_history)
+    ctx.save_for_backward(x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, bwd_scale, bwd_history, rng)
     ctx.quantizers = (input_q, weight_q, grad_q)
     ctx.dtypes = (x.dtype, None if weight is None else weight.dtype, None if bias is None else bias.dtype)
     ctx.delayed = (margin, algo)
 
 
 def _linear_quantized_backward(ctx, dy, *unused_grads):
-    x_col, x_col_scale, w_col, w_col_scale, bwd_scale, bwd_history = ctx.saved_tensors
+    x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, bwd_scale, bwd_history, rng = ctx.saved_tensors
     input_q, weight_q, grad_q = ctx.quantizers
     x_dtype, w_dtype, b_dtype = ctx.dtypes
     margin, algo = ctx.delayed
     dy2 = dy.reshape(-1, dy.shape[-1])
-    qdy = quantize(dy2, grad_q, scale=bwd_scale)
+    qdy = quantize(dy2, grad_q, scale=bwd_scale, rng=rng)
     if bwd_scale is not None:
         history = record_amax(bwd_history, qdy.amax)
         new_history, new_scale = update_delayed_scaling(history, bwd_scale, grad_q.fp8_dtype, margin=margin,
                                                         amax_compute_algo=algo)
         bwd_history.copy_(new_history)
         bwd_scale.copy_(new_scale)
-    qw = gemm_operand(w_col, w_col_scale, weight_q, columnwise=True)
+    qw = gemm_operand(w_col, w_col_scale, weight_q, True, _amax_if_nvfp4(weight_q, w_col_amax))
     dx = gemm(qdy, qw, b_columnwise=True, out_dtype=x_dtype).reshape(*dy.shape[:-1], qw.shape[1])
     dw = None
     if w_dtype is not None:
-        qx = gemm_operand(x_col, x_col_scale, input_q, columnwise=True)
+        qx = gemm_operand(x_col, x_col_scale, input_q, True, _amax_if_nvfp4(input_q, x_col_amax))
         dw = gemm(qdy, qx, a_columnwise=True, b_columnwise=True, out_dtype=w_dtype)
     db = None if b_dtype is None else _bias_grad(dy2, b_dtype)
-    return (dx, dw, db) + (None,) * 12
+    return (dx, dw, db) + (None,) * 13
 
 
 _linear_quantized.register_autograd(_linear_quantized_backward, setup_context=_linear_quantized_setup)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
-           delayed_state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-           ) -> torch.Tensor:
+           delayed_state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+           rng: torch.Tensor | None = None) -> torch.Tensor:
     """y = x · wᵀ (+ bias), quantized as the innermost ``twinengine.pytorch.autocast`` recipe says.
 
     Shapes: x (..., K); weight (N, K) (a tensor, or a QuantizedTensor with both copies); bias
@@ -148,7 +156,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
         column sum of dy. Same kernels as ``twinengine.jax.dense``: identical bytes.
     Raises:
         TypeError: unsupported recipe / quantizer combination, QuantizedTensor weight without
-            a recipe; ValueError: delayed state missing or of the wrong length.
+            a recipe or in NVFP4; ValueError: delayed state missing or of the wrong length,
+            stochastic rounding without rng.
     """
     recipe = current_recipe()
     quantized_weight = isinstance(weight, QuantizedTensor)
@@ -158,6 +167,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
                             "twinengine.pytorch.autocast(recipe=...) region")
         return torch.ops.twinengine.linear(x, weight, bias)
     qs = linear_quantizers(recipe)
+    check_rng(qs, rng is not None)
+    if quantized_weight and weight.quantizer.scaling_mode == "nvfp4":
+        raise TypeError("twinengine.linear: pre-quantized NVFP4 weights are not supported; pass the high-precision "
+                        "weight (it is quantized per call)")
     fwd_history = fwd_scale = bwd_history = bwd_scale = None
     if qs.delayed:
         if delayed_state is None:
@@ -173,7 +186,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
         w_parts = (weight, None, None, None, None)
     y, *_, amax = torch.ops.twinengine.linear_quantized(
         x, w_parts[0], bias, *w_parts[1:], qs.input, weight_q, qs.grad_output, fwd_scale, bwd_scale, bwd_history,
-        qs.margin, qs.amax_compute_algo)
+        rng if qs.needs_rng else None, qs.margin, qs.amax_compute_algo)
     if qs.delayed:
         new_history, new_scale = update_delayed_scaling(record_amax(fwd_history, amax), fwd_scale, qs.fwd_fp8_dtype,
                                                         margin=qs.margin, amax_compute_algo=qs.amax_compute_algo)

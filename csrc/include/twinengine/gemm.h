@@ -11,8 +11,16 @@
  *    out = fl(fl(Σ q_a·q_b) · s_inv_a) · s_inv_b;
  *  - MXFP8 (E4M3 or E5M2, mixable): uint8 E8M0 scales per 32 consecutive K. K-major operands
  *    carry the rowwise scale layout (roundup(rows,128), roundup(K/32,4)), K-minor operands the
- *    columnwise layout (roundup(K/32,4), roundup(rows,128)); each K-block's fp32 partial sum is
- *    scaled, fl(fl(p · 2^(e_a−127)) · 2^(e_b−127)), and accumulated in fp32, block by block.
+ *    columnwise layout (roundup(K/32,4), roundup(rows,128));
+ *  - FP8 block (E4M3 or E5M2): K-major data, fp32 scale_inv per 128 consecutive K: 1D
+ *    (ceil(K/128), roundup(rows,4)) indexed [k/128, row], or 2D 128×128 tiles
+ *    (ceil(rows/128), roundup(ceil(K/128),4)) indexed [row/128, k/128]; not both operands 2D;
+ *  - NVFP4: K-major packed E2M1 data (rows, K/2) uint8 (even K index in the low nibble), E4M3
+ *    scale codes per 16 consecutive K (roundup(rows,128), roundup(ceil(K/16),4)), and the
+ *    copy's fp32 (1,) global amax A; the result is finally scaled by S_dec_a then S_dec_b,
+ *    S_dec = 1 / min(2688 / A, FLT_MAX) (1 when A is 0).
+ *  Block formats scale each K-block's fp32 partial sum, fl(fl(p · s_a) · s_b), and accumulate
+ *  the blocks in fp32 in K order (a last, shorter block when K is not a multiple).
  *
  *  Accumulation is fp32. Bias (N,) fp32/bf16/fp16 is added in fp32 after the scaling; the sum
  *  is rounded (RNE) once to the output dtype fp32 / bf16 / fp16. The CPU path computes every
@@ -34,13 +42,17 @@ typedef enum {
   kTweGemmHighPrecision = 0, /*!< fp32 / bf16 / fp16 data, no scales */
   kTweGemmFP8PerTensor = 1,  /*!< FP8 data, fp32 (1,) scale_inv */
   kTweGemmMXFP8 = 2,         /*!< FP8 data, E8M0 scales per 32 K-elements */
+  kTweGemmFP8Block = 3,      /*!< FP8 data, fp32 scales per 128 K-elements (1D) or 128×128 tile (2D) */
+  kTweGemmNVFP4 = 4,         /*!< packed E2M1 data, E4M3 scales per 16 K-elements, global amax */
 } TweGemmScaling;
 
 /*! \brief One GEMM operand. */
 typedef struct {
   TweTensorView data;      /*!< (rows, K) if k_major, else (K, rows), after flattening to 2-D */
   TweTensorView scale_inv; /*!< decode scales (absent for high precision) */
+  TweTensorView amax;      /*!< NVFP4: fp32 (1,) global amax of this copy; absent otherwise */
   int32_t k_major;         /*!< 1: K is the innermost (contiguous) dimension of `data` */
+  int32_t block_2d;        /*!< FP8 block: 1 for 128×128 tile scales, 0 for 1×128 */
 } TweGemmOperand;
 
 /*! \brief GEMM parameters. */
@@ -49,7 +61,7 @@ typedef struct {
 } TweGemmParams;
 
 /*! \brief out (M, N) = A (M, K) · B (N, K)ᵀ (+ bias), fp32 accumulation.
- *  \param[in]  a       operand A, logically (M, K).
+ *  \param[in]  a       operand A, logically (M, K) (NVFP4 data (M, K/2)).
  *  \param[in]  b       operand B, logically (N, K).
  *  \param[in]  bias    (N,) fp32/bf16/fp16, or NULL / data == NULL for none.
  *  \param[out] out     (M, N) fp32/bf16/fp16.

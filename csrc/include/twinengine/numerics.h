@@ -365,6 +365,11 @@ TWE_HOST_DEVICE float nvfp4_global_encode_scale(float global_amax) {
   return s == 0.0f ? 1.0f : s;
 }
 
+/*! Global decode scale S_dec = 1 / S_enc (NUMERICS.md §7 step 2; the GEMM's final factor, §8). */
+TWE_HOST_DEVICE float nvfp4_global_decode_scale(float global_amax) {
+  return 1.0f / nvfp4_global_encode_scale(global_amax);
+}
+
 /*! fl(S_enc · fl(1/6)): the factor turning a block amax into its decode scale (formed first). */
 TWE_HOST_DEVICE float nvfp4_block_scale_factor(float s_enc) {
   constexpr float kInvE2M1Max = 1.0f / kE2M1Max;
