@@ -1,4 +1,4 @@
-"""CPU GEMM throughput: twinengine.pytorch.gemm (high precision, per-tensor FP8, MXFP8) against
+"""CPU GEMM throughput: twinengine.pytorch.gemm (high precision and every quantized format) against
 torch.matmul fp32 on the same shapes, in the same process.
 
 Usage: python bench/gemm.py [--repeats N]. Prints GFLOP/s and the ratio to torch.matmul; the
@@ -13,7 +13,7 @@ import time
 import torch
 
 import twinengine.pytorch as te
-from twinengine.quantizers import Float8CurrentScalingQuantizer, MXFP8Quantizer
+from twinengine.quantizers import Float8BlockQuantizer, Float8CurrentScalingQuantizer, MXFP8Quantizer, NVFP4Quantizer
 
 SHAPES = [(1024, 1024, 1024), (4096, 1024, 1024)]  # (M, N, K)
 
@@ -40,8 +40,11 @@ def main() -> None:
         base = best_time(lambda: torch.matmul(x, w.t()), args.repeats)
         print(f"M={m} N={n} K={k}: torch.matmul fp32 {flops / base / 1e9:7.1f} GFLOP/s")
         cases = {"high precision fp32": (x, w)}
-        for name, q in (("fp8 per-tensor", Float8CurrentScalingQuantizer()), ("mxfp8", MXFP8Quantizer())):
-            cases[name] = (te.quantize(x, q), te.quantize(w, q))
+        for name, qa, qb in (("fp8 per-tensor", Float8CurrentScalingQuantizer(), Float8CurrentScalingQuantizer()),
+                             ("mxfp8", MXFP8Quantizer(), MXFP8Quantizer()),
+                             ("fp8 block 1D x 2D", Float8BlockQuantizer(), Float8BlockQuantizer(block_scaling_dim=2)),
+                             ("nvfp4", NVFP4Quantizer(), NVFP4Quantizer(with_2d_quantization=True))):
+            cases[name] = (te.quantize(x, qa), te.quantize(w, qb))
         for name, (a, b) in cases.items():
             t = best_time(lambda: te.gemm(a, b), args.repeats)
             print(f"  twinengine {name:20s} {flops / t / 1e9:7.1f} GFLOP/s  ratio {base / t:5.2f}x")

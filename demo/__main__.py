@@ -29,6 +29,9 @@ RECIPES = {
     "mxfp8": lambda: R.MXFP8BlockScaling(),
     "fp8-current": lambda: R.Float8CurrentScaling(),
     "fp8-delayed": lambda: R.DelayedScaling(amax_history_len=16),
+    "fp8-block": lambda: R.Float8BlockScaling(),
+    # The model is fp32 and the random Hadamard transform is defined for bf16 input only.
+    "nvfp4": lambda: R.NVFP4BlockScaling(disable_rht=True),
     "custom": lambda: R.CustomRecipe(lambda role: Float8CurrentScalingQuantizer(
         "e5m2" if role == "grad_output" else "e4m3", force_pow_2_scales=True)),
     "high-precision": lambda: None,
@@ -40,10 +43,10 @@ def parse_args() -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", choices=RECIPES, default="mxfp8", help="quantization recipe (default: mxfp8)")
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--batch", type=int, default=64, help="a multiple of 32 for the block formats")
+    p.add_argument("--batch", type=int, default=128, help="a multiple of 128 for fp8-block, of 32 for mxfp8")
     p.add_argument("--context", type=int, default=8, help="characters of context")
     p.add_argument("--embed", type=int, default=16)
-    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=256, help="a multiple of 128 for fp8-block")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=25, help="print both losses every N steps (1: every step)")

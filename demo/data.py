@@ -22,7 +22,7 @@ class CharData:
     """Characters -> ids (vocabulary padded to `vocab_multiple` so block formats can tile the
     output layer) and (context, next-character) batches."""
 
-    def __init__(self, text: str, context: int, vocab_multiple: int = 32) -> None:
+    def __init__(self, text: str, context: int, vocab_multiple: int = 128) -> None:
         chars = sorted(set(text))
         self.vocab = -(-len(chars) // vocab_multiple) * vocab_multiple
         self.stoi = {c: i for i, c in enumerate(chars)}

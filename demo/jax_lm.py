@@ -15,12 +15,13 @@ from twinengine.recipe import DelayedScaling, Recipe
 LAYERS = ("fc1", "fc2", "head")
 
 
-def _loss(params, states, contexts, targets, recipe):
+def _loss(params, states, contexts, targets, rng, recipe):
     delayed = isinstance(recipe, DelayedScaling)
     new_states = {}
 
     def dense(name, h):
-        out = tj.dense(h, params[f"{name}.kernel"], params[f"{name}.bias"], state=states[name] if delayed else None)
+        out = tj.dense(h, params[f"{name}.kernel"], params[f"{name}.bias"], state=states[name] if delayed else None,
+                       rng=rng)
         if delayed:
             out, new_states[name] = out
         return out
@@ -34,10 +35,10 @@ def _loss(params, states, contexts, targets, recipe):
     return -jnp.take_along_axis(logp, targets[:, None], axis=-1).mean(), new_states
 
 
-@functools.partial(jax.jit, static_argnums=(7, 8))
-def _train_step(params, moments, states, contexts, targets, c1, c2, recipe, lr):
+@functools.partial(jax.jit, static_argnums=(8, 9))
+def _train_step(params, moments, states, contexts, targets, rng, c1, c2, recipe, lr):
     grad_fn = jax.value_and_grad(_loss, argnums=(0, 1), has_aux=True)
-    (loss, _), (grads, state_grads) = grad_fn(params, states, contexts, targets, recipe)
+    (loss, _), (grads, state_grads) = grad_fn(params, states, contexts, targets, rng, recipe)
     b1, b2, eps = 0.9, 0.999, 1e-8  # c1, c2: the bias corrections 1 - b^t, float32
     new_params, new_moments = {}, {}
     for name, p in params.items():
@@ -69,6 +70,8 @@ class JaxTrainer:
     def step(self, contexts: np.ndarray, targets: np.ndarray) -> float:
         self.t += 1
         c1, c2 = (np.float32(1 - b**self.t) for b in (0.9, 0.999))
+        # Stochastic rounding (NVFP4): [seed, offset] as the torch Linears' rng_state, one offset per step.
+        rng = np.array([0, self.t - 1], np.int32)
         self.params, self.moments, self.states, loss = _train_step(
-            self.params, self.moments, self.states, contexts, targets, c1, c2, self.recipe, self.lr)
+            self.params, self.moments, self.states, contexts, targets, rng, c1, c2, self.recipe, self.lr)
         return float(loss)

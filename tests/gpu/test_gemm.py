@@ -9,8 +9,9 @@ import torch
 
 import twinengine._C as _C
 import twinengine.pytorch as te
-from twinengine.quantizers import Float8CurrentScalingQuantizer, MXFP8Quantizer
-from reference.gemm import gemm_ref, gemm_tolerance_ref, mxfp8_operand_ref, per_tensor_operand_ref
+from twinengine.quantizers import Float8BlockQuantizer, Float8CurrentScalingQuantizer, MXFP8Quantizer, NVFP4Quantizer
+from reference.gemm import (fp8_block_operand_ref, gemm_ref, gemm_tolerance_ref, mxfp8_operand_ref, nvfp4_operand_ref,
+                            per_tensor_operand_ref)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -24,13 +25,16 @@ def _to_cuda(qt):
     return dataclasses.replace(qt, **{k: v.cuda() for k, v in fields.items() if isinstance(v, torch.Tensor)})
 
 
-@pytest.mark.parametrize("quantizer", [Float8CurrentScalingQuantizer(), MXFP8Quantizer()], ids=["fp8", "mxfp8"])
+QUANTIZERS = [Float8CurrentScalingQuantizer(), MXFP8Quantizer(), Float8BlockQuantizer(), NVFP4Quantizer()]
+
+
+@pytest.mark.parametrize("quantizer", QUANTIZERS, ids=["fp8", "mxfp8", "fp8_block", "nvfp4"])
 @pytest.mark.parametrize("usage", [(False, False), (True, True)], ids=["fprop", "wgrad"])
 def test_gemm_cuda_matches_reference(quantizer, usage):
     rng = np.random.default_rng(0)
     a_col, b_col = usage
-    a = te.quantize(torch.from_numpy(rng.standard_normal((64, 96)).astype(np.float32)), quantizer)
-    b = te.quantize(torch.from_numpy(rng.standard_normal((64 if a_col else 32, 96)).astype(np.float32)), quantizer)
+    a = te.quantize(torch.from_numpy(rng.standard_normal((128, 256)).astype(np.float32)), quantizer)
+    b = te.quantize(torch.from_numpy(rng.standard_normal((128 if a_col else 256, 256)).astype(np.float32)), quantizer)
     out = te.gemm(_to_cuda(a), _to_cuda(b), a_columnwise=a_col, b_columnwise=b_col).cpu()
 
     def ref(qt, col):
@@ -39,6 +43,10 @@ def test_gemm_cuda_matches_reference(quantizer, usage):
         scale = getattr(qt, f"{prefix}_scale_inv").numpy()
         if quantizer.scaling_mode == "mxfp8":
             return mxfp8_operand_ref(data, "e4m3", scale, col)
+        if quantizer.scaling_mode == "fp8_block":
+            return fp8_block_operand_ref(data, "e4m3", scale, False)
+        if quantizer.scaling_mode == "nvfp4":
+            return nvfp4_operand_ref(data, scale, (qt.columnwise_amax if col else qt.amax).numpy())
         return per_tensor_operand_ref(data, "e4m3", scale)
 
     ra, rb = ref(a, a_col), ref(b, b_col)
