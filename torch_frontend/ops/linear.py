@@ -97,10 +97,6 @@ _linear_quantized = torch.library.custom_op("twinengine::linear_quantized", muta
 _linear_quantized.register_fake(_linear_quantized_body)
 
 
-def _amax_if_nvfp4(quantizer: Quantizer, amax: torch.Tensor) -> torch.Tensor | None:
-    return amax if quantizer.scaling_mode == "nvfp4" else None
-
-
 def _linear_quantized_setup(ctx, inputs, output):
     (x, weight, bias, _, _, given_w_col, given_w_col_scale, input_q, weight_q, grad_q, _, bwd_scale, bwd_history,
      rng, margin, algo) = inputs
@@ -127,11 +123,11 @@ def _linear_quantized_backward(ctx, dy, *unused_grads):
                                                         amax_compute_algo=algo)
         bwd_history.copy_(new_history)
         bwd_scale.copy_(new_scale)
-    qw = gemm_operand(w_col, w_col_scale, weight_q, True, _amax_if_nvfp4(weight_q, w_col_amax))
+    qw = gemm_operand(w_col, w_col_scale, weight_q, True, w_col_amax)
     dx = gemm(qdy, qw, b_columnwise=True, out_dtype=x_dtype).reshape(*dy.shape[:-1], qw.shape[1])
     dw = None
     if w_dtype is not None:
-        qx = gemm_operand(x_col, x_col_scale, input_q, True, _amax_if_nvfp4(input_q, x_col_amax))
+        qx = gemm_operand(x_col, x_col_scale, input_q, True, x_col_amax)
         dw = gemm(qdy, qx, a_columnwise=True, b_columnwise=True, out_dtype=w_dtype)
     db = None if b_dtype is None else _bias_grad(dy2, b_dtype)
     return (dx, dw, db) + (None,) * 13
