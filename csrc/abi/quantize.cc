@@ -145,7 +145,10 @@ TweStatus twe_dequantize_mxfp8(const TweTensorView* data, const TweTensorView* s
   }
   if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
   const int64_t r = rows(*output), k = cols(*output);
-  if (r % 32 != 0 || k % 32 != 0) return fail(kTweInvalidArgument, "MXFP8 needs R and K to be multiples of 32");
+  // Rowwise blocks lie along K only: a rowwise copy with any R (e.g. permuted rows) dequantizes.
+  if (k % 32 != 0 || (columnwise && r % 32 != 0)) {
+    return fail(kTweInvalidArgument, "MXFP8 needs K (and R for the columnwise copy) to be multiples of 32");
+  }
   TweStatus st = check_view(data, "data", data->dtype, r, k, output->device);
   if (st) return st;
   st = columnwise ? check_view(scale_inv, "scale_inv", kTweUInt8, round_up(r / 32, 4), round_up(k, 128), output->device)

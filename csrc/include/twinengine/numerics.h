@@ -264,6 +264,16 @@ TWE_HOST_DEVICE float e8m0_to_float(uint8_t e) {
   return bits_to_float(static_cast<uint32_t>(e) << 23);
 }
 
+// ---------------------------------------------------------------------------------------
+// MoE permutation sums (NUMERICS.md §10)
+// ---------------------------------------------------------------------------------------
+
+/*! One term of an unpermute / probs-gradient sum: fl(acc + fl(v · w)), never fused. */
+TWE_HOST_DEVICE float weighted_accumulate(float acc, float v, float w) {
+  const float product = v * w;
+  return acc + product;
+}
+
 }  // namespace numerics
 }  // namespace twe
 
