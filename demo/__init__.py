@@ -1,0 +1,1 @@
+"""twinengine demos (the README's main job)."""
