@@ -11,15 +11,6 @@ namespace twe {
 namespace cpu {
 namespace {
 
-constexpr uint64_t kInvalidExpertKey = 0xFFFFFFFFull;  // sorts after every valid (int32 >= 0) id
-
-/*! Sort key of pair f: expert id in the high word, the flattened (t, k) index in the low word, so
- *  keys are unique and ascending key order is the stable expert order of NUMERICS.md §10. */
-uint64_t pair_key(int32_t expert, int64_t f) {
-  const uint64_t id = expert >= 0 ? static_cast<uint64_t>(expert) : kInvalidExpertKey;
-  return (id << 32) | static_cast<uint64_t>(f);
-}
-
 template <typename T>
 void unpermute_typed(const PermuteArgs& a, const RowIdMap& map, const T* y, T* out) {
   const int64_t H = a.width;

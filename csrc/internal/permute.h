@@ -8,6 +8,16 @@
 
 namespace twe {
 
+/*! Sort-key value of a negative (invalid) expert id: after every valid (int32 >= 0) id. */
+constexpr uint64_t kInvalidExpertKey = 0xFFFFFFFFull;
+
+/*! Index-map sort key of pair f = t·topK + k: the expert id in the high word, f in the low word.
+ *  Keys are unique and ascending key order is the stable expert order of NUMERICS.md §10. */
+TWE_HOST_DEVICE uint64_t pair_key(int32_t expert, int64_t f) {
+  const uint64_t id = expert >= 0 ? static_cast<uint64_t>(expert) : kInvalidExpertKey;
+  return (id << 32) | static_cast<uint64_t>(f);
+}
+
 /*! A row_id_map as the kernels read it. Row ids come from the caller (unpermute takes a map it
  *  did not build), so every read is range-checked by pair(). */
 struct RowIdMap {

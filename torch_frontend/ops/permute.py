@@ -169,6 +169,7 @@ def _permute_rows(inp: Tensor | QuantizedTensor, row_id_map: Tensor, probs: Tens
                                                                 map_type, None)
         return out, (permuted_probs[0] if probs is not None else None)
     check_quantized_input(op, inp)
+    check_tensor_device(op, "inp", inp.rowwise_data)
     fields = {name: getattr(inp, name) for name in ARRAY_FIELDS}
     permuted_probs = None
     for name, rows in quantized_row_fields(inp, num_out_tokens):
@@ -254,10 +255,10 @@ def moe_unpermute(inp: Tensor, row_id_map: Tensor, merging_probs: Tensor | None 
         TypeError / ValueError: shared core checks (dtypes, shapes, restore_shape).
     """
     op = "moe_unpermute"
-    for name, t in (("inp", inp), ("row_id_map", row_id_map), ("merging_probs", merging_probs)):
-        check_tensor_device(op, name, t)
     if isinstance(inp, QuantizedTensor):
         reject_quantized(op)
+    for name, t in (("inp", inp), ("row_id_map", row_id_map), ("merging_probs", merging_probs)):
+        check_tensor_device(op, name, t)
     num_tokens = unpermute_num_tokens(op, map_type, meta(inp), meta(row_id_map), meta(merging_probs), restore_shape)
     UNPERMUTE.validate(meta(inp), meta(row_id_map), meta(merging_probs), num_tokens, map_type)
     out = torch.ops.twinengine.moe_unpermute(inp, row_id_map, merging_probs, num_tokens, map_type)
