@@ -2,6 +2,7 @@
 // numerics::weighted_accumulate so the CUDA kernels give the same bytes.
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "internal/cpu.h"
@@ -11,23 +12,49 @@ namespace twe {
 namespace cpu {
 namespace {
 
+/*! Calls fn(begin, end) over disjoint ranges covering [0, n), on up to hardware_concurrency()
+ *  threads when `bytes` of output make that worthwhile. Each index is handled by one call with
+ *  the same arithmetic, so results never depend on the split. */
+template <typename Fn>
+void parallel_for(int64_t n, int64_t bytes, Fn fn) {
+  constexpr int64_t kMinBytesPerThread = int64_t{1} << 20;
+  const int64_t threads = std::min({static_cast<int64_t>(std::thread::hardware_concurrency()),
+                                    bytes / kMinBytesPerThread, n});
+  if (threads <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  const int64_t chunk = ceil_div(n, threads);
+  std::vector<std::thread> workers;
+  for (int64_t begin = chunk; begin < n; begin += chunk) {
+    workers.emplace_back([=] {
+      ScopedIeeeSubnormals ieee;
+      fn(begin, std::min(n, begin + chunk));
+    });
+  }
+  fn(int64_t{0}, std::min(n, chunk));
+  for (std::thread& worker : workers) worker.join();
+}
+
 template <typename T>
 void unpermute_typed(const PermuteArgs& a, const RowIdMap& map, const T* y, T* out) {
   const int64_t H = a.width;
-  std::vector<float> acc(static_cast<size_t>(H));
-  for (int64_t t = 0; t < a.params.num_tokens; ++t) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int64_t i = 0; i < map.num_slots; ++i) {
-      int64_t row, col;
-      if (!map.pair(t, i, &row, &col)) continue;
-      const float w = present(a.probs) ? load_high_precision(a.probs->data, a.probs->dtype, t * map.num_slots + col)
-                                       : 1.0f;
-      const T* src = y + row * H;
-      for (int64_t h = 0; h < H; ++h) acc[h] = numerics::weighted_accumulate(acc[h], to_float(src[h]), w);
+  parallel_for(a.params.num_tokens, a.params.num_tokens * H * int64_t{sizeof(T)}, [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(static_cast<size_t>(H));
+    for (int64_t t = begin; t < end; ++t) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t i = 0; i < map.num_slots; ++i) {
+        int64_t row, col;
+        if (!map.pair(t, i, &row, &col)) continue;
+        const float w = present(a.probs) ? load_high_precision(a.probs->data, a.probs->dtype, t * map.num_slots + col)
+                                         : 1.0f;
+        const T* src = y + row * H;
+        for (int64_t h = 0; h < H; ++h) acc[h] = numerics::weighted_accumulate(acc[h], to_float(src[h]), w);
+      }
+      T* dst = out + t * H;
+      for (int64_t h = 0; h < H; ++h) dst[h] = FromFloat<T>::apply(acc[h]);
     }
-    T* dst = out + t * H;
-    for (int64_t h = 0; h < H; ++h) dst[h] = FromFloat<T>::apply(acc[h]);
-  }
+  });
 }
 
 /*! out[t] = Σ kept pairs of w · y[row] (w = 1 without probs); shared by unpermute and the
@@ -49,30 +76,32 @@ void unpermute_backward_typed(const PermuteArgs& a, const RowIdMap& map) {
   T* grad_y = static_cast<T*>(a.out->data);
   std::fill(grad_y, grad_y + a.out_rows * H, FromFloat<T>::apply(0.0f));
   const bool with_probs = present(a.probs);
-  for (int64_t t = 0; t < a.params.num_tokens; ++t) {
-    const T* g = grad_out + t * H;
-    if (with_probs) {
-      for (int64_t i = 0; i < slots; ++i) store_high_precision(a.out_probs->data, a.out_probs->dtype, t * slots + i, 0.0f);
-    }
-    for (int64_t i = 0; i < slots; ++i) {
-      int64_t row, col;
-      if (!map.pair(t, i, &row, &col)) continue;
-      T* dst = grad_y + row * H;
-      if (!with_probs) {
-        std::memcpy(dst, g, static_cast<size_t>(H) * sizeof(T));
-        continue;
+  parallel_for(a.params.num_tokens, a.out_rows * H * int64_t{sizeof(T)}, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const T* g = grad_out + t * H;
+      if (with_probs) {
+        for (int64_t i = 0; i < slots; ++i) store_high_precision(a.out_probs->data, a.out_probs->dtype, t * slots + i, 0.0f);
       }
-      const float w = load_high_precision(a.probs->data, a.probs->dtype, t * slots + col);
-      const T* src = y + row * H;
-      float dot = 0.0f;
-      for (int64_t h = 0; h < H; ++h) {
-        const float gh = to_float(g[h]);
-        dst[h] = FromFloat<T>::apply(gh * w);
-        dot = numerics::weighted_accumulate(dot, gh, to_float(src[h]));
+      for (int64_t i = 0; i < slots; ++i) {
+        int64_t row, col;
+        if (!map.pair(t, i, &row, &col)) continue;
+        T* dst = grad_y + row * H;
+        if (!with_probs) {
+          std::memcpy(dst, g, static_cast<size_t>(H) * sizeof(T));
+          continue;
+        }
+        const float w = load_high_precision(a.probs->data, a.probs->dtype, t * slots + col);
+        const T* src = y + row * H;
+        float dot = 0.0f;
+        for (int64_t h = 0; h < H; ++h) {
+          const float gh = to_float(g[h]);
+          dst[h] = FromFloat<T>::apply(gh * w);
+          dot = numerics::weighted_accumulate(dot, gh, to_float(src[h]));
+        }
+        store_high_precision(a.out_probs->data, a.out_probs->dtype, t * slots + col, dot);
       }
-      store_high_precision(a.out_probs->data, a.out_probs->dtype, t * slots + col, dot);
     }
-  }
+  });
 }
 
 }  // namespace
@@ -160,21 +189,28 @@ TweStatus permute_rows(const PermuteArgs& a) {
   const size_t row_bytes = static_cast<size_t>(a.width);
   const uint8_t* in = static_cast<const uint8_t*>(a.in->data);
   uint8_t* out = static_cast<uint8_t*>(a.out->data);
-  std::memset(out, 0, static_cast<size_t>(a.out_rows) * row_bytes);
   const bool with_probs = present(a.probs);
-  if (with_probs) {
-    for (int64_t r = 0; r < a.params.num_out_tokens; ++r) store_high_precision(a.out_probs->data, a.out_probs->dtype, r, 0.0f);
-  }
-  for (int64_t t = 0; t < a.params.num_tokens; ++t) {
-    for (int64_t i = 0; i < map.num_slots; ++i) {
-      int64_t row, col;
-      if (!map.pair(t, i, &row, &col)) continue;
-      std::memcpy(out + row * row_bytes, in + t * row_bytes, row_bytes);
-      if (with_probs) {
-        const float p = load_high_precision(a.probs->data, a.probs->dtype, t * map.num_slots + col);
-        store_high_precision(a.out_probs->data, a.out_probs->dtype, row, p);
+  // Each output row is written once: copied from its token or, if no pair targets it, zeroed.
+  std::vector<uint8_t> written(static_cast<size_t>(a.out_rows), 0);
+  const int64_t out_bytes = a.out_rows * static_cast<int64_t>(row_bytes);
+  parallel_for(a.params.num_tokens, out_bytes, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t i = 0; i < map.num_slots; ++i) {
+        int64_t row, col;
+        if (!map.pair(t, i, &row, &col)) continue;
+        std::memcpy(out + row * row_bytes, in + t * row_bytes, row_bytes);
+        written[row] = 1;
+        if (with_probs) {
+          const float p = load_high_precision(a.probs->data, a.probs->dtype, t * map.num_slots + col);
+          store_high_precision(a.out_probs->data, a.out_probs->dtype, row, p);
+        }
       }
     }
+  });
+  for (int64_t r = 0; r < a.out_rows; ++r) {
+    if (written[r]) continue;
+    std::memset(out + r * row_bytes, 0, row_bytes);
+    if (with_probs && r < a.params.num_out_tokens) store_high_precision(a.out_probs->data, a.out_probs->dtype, r, 0.0f);
   }
   return kTweSuccess;
 }

@@ -18,7 +18,8 @@
  *  scale rows); rows of an output that no kept pair targets are zero. Sums (unpermute and
  *  the gradients) are fp32, accumulated in ascending k / expert / hidden order, rounded
  *  to the output dtype once. Row ids read from a `row_id_map` outside the valid range are
- *  skipped, never dereferenced. CPU and CUDA produce identical bytes; CUDA kernels never
+ *  skipped, never dereferenced (a map naming one destination row twice, which the map
+ *  builders never produce, leaves an unspecified one of the copies there). CPU and CUDA produce identical bytes; CUDA kernels never
  *  synchronize with the host. Element offsets are 64-bit.
  */
 #ifndef TWINENGINE_PERMUTE_H_
