@@ -185,6 +185,7 @@ TweStatus permute_chunk_map(const PermuteArgs& a) {
 }
 
 TweStatus permute_rows(const PermuteArgs& a) {
+  ScopedIeeeSubnormals ieee;
   const RowIdMap map = row_id_map_of(a.row_id_map, a.params);
   const size_t row_bytes = static_cast<size_t>(a.width);
   const uint8_t* in = static_cast<const uint8_t*>(a.in->data);

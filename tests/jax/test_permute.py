@@ -160,3 +160,18 @@ def test_moe_permute_jit_drops_out_of_range_ids():
 def test_moe_ops_reject_bad_arguments(call, error, match):
     with pytest.raises(error, match=f"twinengine.moe_[a-z_]+: .*{match}"):
         call()
+
+
+def test_moe_permute_vmap_matches_per_example():
+    cases = [make_case(seed, 6, 4, 2, 8, "float32", "index") for seed in range(3)]
+    xs = np.stack([c.x for c in cases])
+    ids = np.stack([c.ids for c in cases])
+    probs = np.stack([c.probs for c in cases])
+
+    def round_trip(x, ids, probs):
+        out, row_id_map = tej.moe_permute(x, ids, map_type="index")
+        return tej.moe_unpermute(out, row_id_map, merging_probs=probs, map_type="index")
+
+    batched = jax.jit(jax.vmap(round_trip))(xs, ids, probs)
+    for i, c in enumerate(cases):
+        assert_bytes_equal(np.asarray(batched[i]), np.asarray(round_trip(c.x, c.ids, c.probs)), f"example {i}")

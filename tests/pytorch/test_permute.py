@@ -274,3 +274,16 @@ def test_moe_permute_mask_default_size_under_compile_raises():
     fn = torch.compile(lambda x, m: tep.moe_permute(x, m)[0], fullgraph=True, backend="eager")
     with pytest.raises(Exception, match="pass num_out_tokens explicitly"):
         fn(torch.ones(3, 4), torch.ones(3, 2, dtype=torch.bool))
+
+
+def test_moe_permute_quantized_compile_matches_eager():
+    quantizer = te.MXFP8Quantizer("e4m3", columnwise=False)
+    case = make_case(2, 64, 8, 2, 64, "float32", "index")
+
+    def permute_dequantized(x, ids):
+        out, _ = tep.moe_permute(tep.quantize(x, quantizer), ids, map_type="index")
+        return tep.dequantize(out, torch.float32)
+
+    compiled = torch.compile(permute_dequantized, fullgraph=True, backend="inductor")
+    x, ids = to_torch(case.x), torch.from_numpy(case.ids)
+    assert_bytes_equal(from_torch(compiled(x, ids)), from_torch(permute_dequantized(x, ids)), "compiled vs eager")
