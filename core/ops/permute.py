@@ -129,7 +129,8 @@ def check_chunk_values(op: str, split_sizes: Sequence[int], sorted_index: Sequen
     if sum(split_sizes) != num_rows:
         fail(op, ValueError, f"split_sizes must sum to the {num_rows} rows of inp, got sum {sum(split_sizes)}")
     if sorted(sorted_index) != list(range(len(split_sizes))):
-        fail(op, ValueError, f"sorted_index must be a permutation of range({len(split_sizes)}), got {list(sorted_index)}")
+        fail(op, ValueError, f"sorted_index must be a permutation of range({len(split_sizes)}), "
+             f"got {list(sorted_index)}")
 
 
 def unpermute_num_tokens(op: str, map_type: str, y: Any, row_id_map: Any, merging_probs: Any,
@@ -177,7 +178,8 @@ def _validate_row_id_map(routing_map: Any, num_out_tokens: Any, map_type: str) -
              f"got {routing_map.dtype}")
     tokens, slots = routing_map.shape
     if tokens < 1 or slots < 1:
-        fail(op, ValueError, f"routing_map must have at least one token and one slot, got shape {tuple(routing_map.shape)}")
+        fail(op, ValueError, "routing_map must have at least one token and one slot, got shape "
+             f"{tuple(routing_map.shape)}")
     if tokens * slots > _MAX_ROWS or num_out_tokens > _MAX_ROWS:
         fail(op, ValueError, "row ids are int32: num_tokens * slots and num_out_tokens must be < 2**31")
     if num_out_tokens < 0:
@@ -190,7 +192,8 @@ def _infer_row_id_map(routing_map: Any, num_out_tokens: Any, map_type: str) -> K
         outputs = (TensorSpec("row_id_map", (slots * tokens,), "int32"),
                    TensorSpec("workspace", (2 * tokens * slots,), "int64"))
     else:
-        outputs = (TensorSpec("row_id_map", (tokens, 2 * slots + 1), "int32"), TensorSpec("workspace", (slots,), "int64"))
+        outputs = (TensorSpec("row_id_map", (tokens, 2 * slots + 1), "int32"),
+                   TensorSpec("workspace", (slots,), "int64"))
     return KernelCall(f"permute_row_id_map_{map_type}", ("routing_map",), outputs,
                       _attrs(map_type, tokens, slots, num_out_tokens))
 

@@ -70,7 +70,8 @@ TweStatus check_probs_pair(const TweTensorView* in, const char* in_name, int64_t
                            const TweTensorView* out, const char* out_name, int64_t out_rows, int64_t out_cols,
                            TweDevice dev) {
   if (present(in) != present(out)) {
-    return fail(kTweInvalidArgument, std::string(in_name) + " and " + out_name + " must be both present or both absent");
+    return fail(kTweInvalidArgument,
+                std::string(in_name) + " and " + out_name + " must be both present or both absent");
   }
   if (!present(in)) return kTweSuccess;
   TweStatus st = check_high_precision(in, in_name);
@@ -96,7 +97,8 @@ TweStatus twe_permute_row_id_map_index(const TweTensorView* routing_map, TweTens
   if ((st = check_view(routing_map, "routing_map", kTweInt32, p.num_tokens, p.num_slots, dev))) return st;
   if ((st = check_row_id_map(row_id_map, p, dev))) return st;
   if ((st = check_view(workspace, "workspace", kTweInt64, -1, 2 * p.num_tokens * p.num_slots, dev))) return st;
-  PermuteArgs args{routing_map, nullptr, nullptr, nullptr, row_id_map, nullptr, workspace, p, p.num_tokens, 0, 0, stream};
+  PermuteArgs args{routing_map, nullptr, nullptr, nullptr, row_id_map, nullptr, workspace, p,
+                   p.num_tokens, 0, 0, stream};
   st = run_on_device(dev, args, TWE_DEVICE_FNS(permute_row_id_map_index));
   return st ? st : succeed();
 }
@@ -115,7 +117,8 @@ TweStatus twe_permute_row_id_map_mask(const TweTensorView* routing_map, TweTenso
   if ((st = check_view(routing_map, "routing_map", routing_map->dtype, p.num_tokens, p.num_slots, dev))) return st;
   if ((st = check_row_id_map(row_id_map, p, dev))) return st;
   if ((st = check_view(workspace, "workspace", kTweInt64, -1, p.num_slots, dev))) return st;
-  PermuteArgs args{routing_map, nullptr, nullptr, nullptr, row_id_map, nullptr, workspace, p, p.num_tokens, 0, 0, stream};
+  PermuteArgs args{routing_map, nullptr, nullptr, nullptr, row_id_map, nullptr, workspace, p,
+                   p.num_tokens, 0, 0, stream};
   st = run_on_device(dev, args, TWE_DEVICE_FNS(permute_row_id_map_mask));
   return st ? st : succeed();
 }
@@ -198,7 +201,8 @@ TweStatus twe_permute_unpermute(const TweTensorView* y, const TweTensorView* row
   if ((st = check_row_id_map(row_id_map, p, dev))) return st;
   if (present(merging_probs)) {
     if ((st = check_high_precision(merging_probs, "merging_probs"))) return st;
-    if ((st = check_view(merging_probs, "merging_probs", merging_probs->dtype, p.num_tokens, p.num_slots, dev))) return st;
+    st = check_view(merging_probs, "merging_probs", merging_probs->dtype, p.num_tokens, p.num_slots, dev);
+    if (st) return st;
   }
   PermuteArgs args{y, nullptr, row_id_map, present(merging_probs) ? merging_probs : nullptr, out, nullptr, nullptr, p,
                    p.num_out_tokens, p.num_tokens, width, stream};

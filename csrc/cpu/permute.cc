@@ -80,7 +80,9 @@ void unpermute_backward_typed(const PermuteArgs& a, const RowIdMap& map) {
     for (int64_t t = begin; t < end; ++t) {
       const T* g = grad_out + t * H;
       if (with_probs) {
-        for (int64_t i = 0; i < slots; ++i) store_high_precision(a.out_probs->data, a.out_probs->dtype, t * slots + i, 0.0f);
+        for (int64_t i = 0; i < slots; ++i) {
+          store_high_precision(a.out_probs->data, a.out_probs->dtype, t * slots + i, 0.0f);
+        }
       }
       for (int64_t i = 0; i < slots; ++i) {
         int64_t row, col;
@@ -224,7 +226,9 @@ TweStatus permute_rows_backward(const PermuteArgs& a) {
   if (st || !present(a.probs)) return st;
   const RowIdMap map = row_id_map_of(a.row_id_map, a.params);
   for (int64_t t = 0; t < a.params.num_tokens; ++t) {
-    for (int64_t i = 0; i < map.num_slots; ++i) store_high_precision(a.out_probs->data, a.out_probs->dtype, t * map.num_slots + i, 0.0f);
+    for (int64_t i = 0; i < map.num_slots; ++i) {
+      store_high_precision(a.out_probs->data, a.out_probs->dtype, t * map.num_slots + i, 0.0f);
+    }
     for (int64_t i = 0; i < map.num_slots; ++i) {
       int64_t row, col;
       if (!map.pair(t, i, &row, &col)) continue;

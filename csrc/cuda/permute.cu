@@ -309,8 +309,11 @@ TweStatus permute_rows(const PermuteArgs& a) {
   const bool vec16 = a.width % 16 == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(out) % 16 == 0;
   const unsigned grid = static_cast<unsigned>(pairs);
-  if (vec16) permute_rows_kernel<uint4><<<grid, kThreads, 0, stream>>>(in, out, a.width, map, probs, out_probs, probs_dtype);
-  else permute_rows_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(in, out, a.width, map, probs, out_probs, probs_dtype);
+  if (vec16) {
+    permute_rows_kernel<uint4><<<grid, kThreads, 0, stream>>>(in, out, a.width, map, probs, out_probs, probs_dtype);
+  } else {
+    permute_rows_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(in, out, a.width, map, probs, out_probs, probs_dtype);
+  }
   return check_launch("permute_rows_kernel");
 }
 

@@ -19,8 +19,9 @@
  *  the gradients) are fp32, accumulated in ascending k / expert / hidden order, rounded
  *  to the output dtype once. Row ids read from a `row_id_map` outside the valid range are
  *  skipped, never dereferenced (a map naming one destination row twice, which the map
- *  builders never produce, leaves an unspecified one of the copies there). CPU and CUDA produce identical bytes; CUDA kernels never
- *  synchronize with the host. Element offsets are 64-bit.
+ *  builders never produce, leaves an unspecified one of the copies there). CPU and CUDA
+ *  produce identical bytes; CUDA kernels never synchronize with the host. Element offsets
+ *  are 64-bit.
  */
 #ifndef TWINENGINE_PERMUTE_H_
 #define TWINENGINE_PERMUTE_H_
