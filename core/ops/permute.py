@@ -396,10 +396,13 @@ grad_merging_probs[t, slot] = Σ_h fl(grad_out[t, h] · y[row, h]) in fp32, asce
 
 # ---- quantized inputs --------------------------------------------------------------------------
 
-# scaling_mode -> how the rowwise scale_inv follows permuted rows: "shared" (one per-tensor
-# scale, kept as is) or "rows" (one scale row per data row, padded to 128 rows). Keyed by the
+# scaling_mode -> how the rowwise scale_inv follows permuted rows (NUMERICS.md §4–§7): "shared"
+# (one per-tensor scale, kept as is), "rows" (one scale row per data row, rows padded to 128) or
+# "columns" (one scale column per data row, stored R-minor, padded to 4). Keyed by the
 # scaling_mode string so torch.compile traces the lookup.
-_ROW_SCALES = {"fp8_current": "shared", "fp8_delayed": "shared", "mxfp8": "rows"}
+_ROW_SCALES = {"fp8_current": "shared", "fp8_delayed": "shared", "mxfp8": "rows", "nvfp4": "rows",
+               "fp8_block": "columns"}
+_SCALE_ROW_PADDING = {"rows": 128, "columns": 4}
 
 
 def check_quantized_input(op: str, qt: QuantizedTensor) -> None:
@@ -411,9 +414,10 @@ def check_quantized_input(op: str, qt: QuantizedTensor) -> None:
     """
     quantizer = qt.quantizer
     mode = quantizer.scaling_mode if quantizer is not None else None
-    if mode not in _ROW_SCALES or getattr(quantizer, "with_2d_quantization", False):
-        fail(op, TypeError, f"quantized inputs must use per-tensor FP8 or 1D MXFP8 scaling (scales of single rows), "
-             f"got {quantizer!r}")
+    two_d = getattr(quantizer, "with_2d_quantization", False) or getattr(quantizer, "block_scaling_dim", 1) == 2
+    if mode not in _ROW_SCALES or two_d:
+        fail(op, TypeError, "quantized inputs must use per-tensor FP8, or 1D MXFP8, FP8 block or NVFP4 scaling "
+             f"(scales of single rows), got {quantizer!r}")
     if quantizer.columnwise or qt.columnwise_data is not None:
         fail(op, ValueError, "quantized inputs must hold rowwise data only (a columnwise copy cannot follow a row "
              "permutation): quantize with quantizer.with_usage(columnwise=False)")
@@ -429,10 +433,12 @@ def reject_quantized(op: str) -> None:
          "dequantize it first")
 
 
-def quantized_row_fields(qt: QuantizedTensor, num_out_tokens: Any) -> tuple[tuple[str, Any], ...]:
-    """(field, output rows) of every QuantizedTensor array that moves with the rows; the
-    other array fields are carried over unchanged."""
-    fields = (("rowwise_data", num_out_tokens),)
-    if _ROW_SCALES[qt.quantizer.scaling_mode] == "rows":
-        fields += (("rowwise_scale_inv", round_up(num_out_tokens, 128)),)
+def quantized_row_fields(qt: QuantizedTensor, num_out_tokens: Any) -> tuple[tuple[str, Any, bool], ...]:
+    """(field, output rows, transposed) of every QuantizedTensor array that moves with the rows;
+    a transposed field (R-minor scales) is permuted as its transpose and transposed back. The
+    other array fields (per-tensor scales, global amaxes) are carried over unchanged."""
+    layout = _ROW_SCALES[qt.quantizer.scaling_mode]
+    fields = (("rowwise_data", num_out_tokens, False),)
+    if layout != "shared":
+        fields += (("rowwise_scale_inv", round_up(num_out_tokens, _SCALE_ROW_PADDING[layout]), layout == "columns"),)
     return fields

@@ -113,10 +113,11 @@ def _permute_rows(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type: 
     check_quantized_input(op, inp)
     fields = {name: getattr(inp, name) for name in ARRAY_FIELDS}
     permuted_probs = None
-    for name, rows in quantized_row_fields(inp, num_out_tokens):
-        array = fields[name]
+    for name, rows, transposed in quantized_row_fields(inp, num_out_tokens):
+        array = fields[name].T if transposed else fields[name]
         PERMUTE.validate(meta(array), meta(row_id_map), meta(probs), num_tokens, num_out_tokens, map_type, rows)
-        fields[name], moved_probs = _permute_call(array, row_id_map, probs, num_tokens, num_out_tokens, map_type, rows)
+        moved, moved_probs = _permute_call(array, row_id_map, probs, num_tokens, num_out_tokens, map_type, rows)
+        fields[name] = moved.T if transposed else moved
         if probs is not None:
             permuted_probs, probs = moved_probs, None
     qt = QuantizedTensor(**fields, quantizer=inp.quantizer, shape=(num_out_tokens, inp.shape[1]), dtype=inp.dtype)

@@ -113,12 +113,21 @@ def test_quantized_inputs_move_row_scales_only():
     mx = te.QuantizedTensor(rowwise_data=1, rowwise_scale_inv=2, quantizer=te.MXFP8Quantizer(columnwise=False),
                             shape=(64, 64))
     check_quantized_input("moe_permute", mx)
-    assert quantized_row_fields(mx, 85) == (("rowwise_data", 85), ("rowwise_scale_inv", round_up(85, 128)))
+    assert quantized_row_fields(mx, 85) == (("rowwise_data", 85, False),
+                                            ("rowwise_scale_inv", round_up(85, 128), False))
     fp8 = te.QuantizedTensor(rowwise_data=1, rowwise_scale_inv=2, amax=3,
                              quantizer=te.Float8CurrentScalingQuantizer(columnwise=False), shape=(64, 64))
-    assert quantized_row_fields(fp8, 85) == (("rowwise_data", 85),)
-    for quantizer, error in ((te.Float8BlockQuantizer(columnwise=False), TypeError),
-                             (te.NVFP4Quantizer(columnwise=False), TypeError),
+    assert quantized_row_fields(fp8, 85) == (("rowwise_data", 85, False),)
+    block = te.QuantizedTensor(rowwise_data=1, rowwise_scale_inv=2, quantizer=te.Float8BlockQuantizer(columnwise=False),
+                               shape=(128, 128))
+    check_quantized_input("moe_permute", block)
+    assert quantized_row_fields(block, 85) == (("rowwise_data", 85, False), ("rowwise_scale_inv", 88, True))
+    nvfp4 = te.QuantizedTensor(rowwise_data=1, rowwise_scale_inv=2, amax=3,
+                               quantizer=te.NVFP4Quantizer(columnwise=False), shape=(64, 64))
+    check_quantized_input("moe_permute", nvfp4)
+    assert quantized_row_fields(nvfp4, 85) == (("rowwise_data", 85, False), ("rowwise_scale_inv", 128, False))
+    for quantizer, error in ((te.Float8BlockQuantizer(columnwise=False, block_scaling_dim=2), TypeError),
+                             (te.NVFP4Quantizer(columnwise=False, with_2d_quantization=True), TypeError),
                              (te.MXFP8Quantizer(), ValueError)):
         qt = te.QuantizedTensor(rowwise_data=1, rowwise_scale_inv=2, quantizer=quantizer, shape=(64, 64))
         with pytest.raises(error, match="twinengine.moe_permute: "):

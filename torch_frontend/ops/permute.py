@@ -172,11 +172,12 @@ def _permute_rows(inp: Tensor | QuantizedTensor, row_id_map: Tensor, probs: Tens
     check_tensor_device(op, "inp", inp.rowwise_data)
     fields = {name: getattr(inp, name) for name in ARRAY_FIELDS}
     permuted_probs = None
-    for name, rows in quantized_row_fields(inp, num_out_tokens):
-        array = fields[name]
+    for name, rows, transposed in quantized_row_fields(inp, num_out_tokens):
+        array = fields[name].t() if transposed else fields[name]
         PERMUTE.validate(meta(array), meta(row_id_map), meta(probs), num_tokens, num_out_tokens, map_type, rows)
-        fields[name], *moved_probs = torch.ops.twinengine.moe_permute(array, row_id_map, probs, num_tokens,
-                                                                      num_out_tokens, map_type, rows)
+        moved, *moved_probs = torch.ops.twinengine.moe_permute(array, row_id_map, probs, num_tokens, num_out_tokens,
+                                                               map_type, rows)
+        fields[name] = moved.t().contiguous() if transposed else moved
         if probs is not None:
             permuted_probs, probs = moved_probs[0], None
     qt = QuantizedTensor(**fields, quantizer=inp.quantizer, shape=(num_out_tokens, inp.shape[1]), dtype=inp.dtype)
@@ -212,8 +213,9 @@ def moe_permute(inp: Tensor | QuantizedTensor, routing_map: Tensor, num_out_toke
         >= num_out_tokens are dropped (highest expert ids first) and output rows nobody
         fills are zero. num_out_tokens <= 0 means all routed pairs: T·topK for the index map;
         for the mask map a count of the routing map, so under torch.compile it must be given.
-        A QuantizedTensor's rows move with their row scales (per-tensor FP8, 1D MXFP8, rowwise
-        only); the result dequantizes to exactly the permuted dequantized input.
+        A QuantizedTensor's rows move with their row scales (per-tensor FP8, 1D MXFP8 / FP8
+        block / NVFP4, rowwise only; scale padding recomputed for the new row count); the
+        result dequantizes to exactly the permuted dequantized input.
         Differentiable with respect to a plain inp.
     Raises:
         TypeError / ValueError: shared core checks (shapes, dtypes, map_type, quantized
