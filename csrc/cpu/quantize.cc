@@ -15,29 +15,48 @@ using numerics::FP8Format;
 constexpr int64_t kTile = 32;  // transpose tile for columnwise copies
 
 template <typename T>
+float block_amax(const T* x, int64_t n) {
+  uint32_t key = 0;
+  for (int64_t i = 0; i < n; ++i) key = std::max(key, numerics::amax_key(to_float(x[i])));
+  return numerics::bits_to_float(key);
+}
+
+/*! NaN-skipping amax of n elements, in parallel chunks (max is exact in any order). */
+template <typename T>
 float tensor_amax(const T* x, int64_t n) {
+  constexpr int64_t kChunk = int64_t(1) << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<float> partial(static_cast<size_t>(chunks), 0.0f);
+  parallel_for(chunks, n, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c)
+      partial[c] = block_amax(x + c * kChunk, std::min(kChunk, n - c * kChunk));
+  });
   float amax = 0.0f;
-  for (int64_t i = 0; i < n; ++i) amax = numerics::amax_update(amax, to_float(x[i]));
+  for (float p : partial) amax = numerics::amax_update(amax, p);
   return amax;
 }
 
 /*! Casts x * scale to FP8 into rowwise (R, K) and/or columnwise (K, R) outputs, in tiles. */
 template <FP8Format F, typename T>
 void cast_per_tensor(const T* x, float scale, int64_t R, int64_t K, uint8_t* rowwise, uint8_t* columnwise) {
-  for (int64_t r0 = 0; r0 < R; r0 += kTile) {
-    const int64_t r1 = std::min(R, r0 + kTile);
-    for (int64_t k0 = 0; k0 < K; k0 += kTile) {
-      const int64_t k1 = std::min(K, k0 + kTile);
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t k = k0; k < k1; ++k) {
-          const float v = to_float(x[r * K + k]) * scale;
-          const uint8_t q = numerics::float_to_fp8<F>(v);
-          if (rowwise) rowwise[r * K + k] = q;
-          if (columnwise) columnwise[k * R + r] = q;
-        }
+  const int64_t row_tiles = (R + kTile - 1) / kTile;
+  parallel_for(row_tiles, R * K, [&](int64_t tile_begin, int64_t tile_end) {
+    uint8_t tile[kTile * kTile];
+    for (int64_t r0 = tile_begin * kTile; r0 < std::min(R, tile_end * kTile); r0 += kTile) {
+      const int64_t r1 = std::min(R, r0 + kTile);
+      for (int64_t k0 = 0; k0 < K; k0 += kTile) {
+        const int64_t k1 = std::min(K, k0 + kTile);
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t k = k0; k < k1; ++k)
+            tile[(r - r0) * kTile + (k - k0)] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale);
+        if (rowwise)
+          for (int64_t r = r0; r < r1; ++r) std::memcpy(rowwise + r * K + k0, tile + (r - r0) * kTile, k1 - k0);
+        if (columnwise)
+          for (int64_t k = k0; k < k1; ++k)
+            for (int64_t r = r0; r < r1; ++r) columnwise[k * R + r] = tile[(r - r0) * kTile + (k - k0)];
       }
     }
-  }
+  });
 }
 
 template <typename T>
@@ -61,22 +80,25 @@ float format_max(TweFP8Format f) { return f == kTweE5M2 ? numerics::kE5M2Max : n
 
 template <FP8Format F, typename T>
 void mxfp8_rowwise(const T* x, int64_t R, int64_t K, uint8_t* data, uint8_t* scales, int64_t scale_stride) {
-  for (int64_t r = 0; r < R; ++r) {
-    for (int64_t kb = 0; kb < K / 32; ++kb) {
-      const T* block = x + r * K + kb * 32;
-      const uint8_t e = numerics::mxfp8_block_exponent<F>(tensor_amax(block, 32));
-      const float m = numerics::e8m0_encode_multiplier(e);
-      for (int64_t i = 0; i < 32; ++i) data[r * K + kb * 32 + i] = numerics::float_to_fp8<F>(to_float(block[i]) * m);
-      scales[r * scale_stride + kb] = e;
+  parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      for (int64_t kb = 0; kb < K / 32; ++kb) {
+        const T* block = x + r * K + kb * 32;
+        const uint8_t e = numerics::mxfp8_block_exponent<F>(block_amax(block, 32));
+        const float m = numerics::e8m0_encode_multiplier(e);
+        for (int64_t i = 0; i < 32; ++i) data[r * K + kb * 32 + i] = numerics::float_to_fp8<F>(to_float(block[i]) * m);
+        scales[r * scale_stride + kb] = e;
+      }
     }
-  }
+  });
 }
 
 template <FP8Format F, typename T>
 void mxfp8_columnwise(const T* x, int64_t R, int64_t K, uint8_t* data, uint8_t* scales, int64_t scale_stride) {
+  parallel_for(R / 32, R * K, [&](int64_t rb_begin, int64_t rb_end) {
   std::vector<float> amax(static_cast<size_t>(K));
   std::vector<float> mult(static_cast<size_t>(K));
-  for (int64_t rb = 0; rb < R / 32; ++rb) {
+  for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
     std::fill(amax.begin(), amax.end(), 0.0f);
     for (int64_t r = rb * 32; r < rb * 32 + 32; ++r)
       for (int64_t k = 0; k < K; ++k) amax[k] = numerics::amax_update(amax[k], to_float(x[r * K + k]));
@@ -88,13 +110,15 @@ void mxfp8_columnwise(const T* x, int64_t R, int64_t K, uint8_t* data, uint8_t* 
     for (int64_t r = rb * 32; r < rb * 32 + 32; ++r)
       for (int64_t k = 0; k < K; ++k) data[r * K + k] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * mult[k]);
   }
+  });
 }
 
 /*! 2D MXFP8: one exponent per 32x32 tile; data written once per requested copy. */
 template <FP8Format F, typename T>
 void mxfp8_2d(const T* x, int64_t R, int64_t K, uint8_t* row_data, uint8_t* row_scales, int64_t row_stride,
               uint8_t* col_data, uint8_t* col_scales, int64_t col_stride) {
-  for (int64_t rb = 0; rb < R / 32; ++rb) {
+  parallel_for(R / 32, R * K, [&](int64_t rb_begin, int64_t rb_end) {
+  for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
     for (int64_t kb = 0; kb < K / 32; ++kb) {
       float amax = 0.0f;
       for (int64_t r = rb * 32; r < rb * 32 + 32; ++r)
@@ -113,6 +137,7 @@ void mxfp8_2d(const T* x, int64_t R, int64_t K, uint8_t* row_data, uint8_t* row_
         for (int64_t k = kb * 32; k < kb * 32 + 32; ++k) col_scales[rb * col_stride + k] = e;
     }
   }
+  });
 }
 
 template <FP8Format F, typename T>
@@ -142,11 +167,13 @@ void dequantize_fp8_typed(const DequantizeArgs& a) {
   const float scale_inv = *static_cast<const float*>(a.scale_inv->data);
   Out* out = static_cast<Out*>(a.output->data);
   const int64_t R = a.rows, K = a.cols;
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t k = 0; k < K; ++k) {
-      const uint8_t code = a.columnwise ? q[k * R + r] : q[r * K + k];
-      out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(code) * scale_inv);
-    }
+  parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t r = row_begin; r < row_end; ++r)
+      for (int64_t k = 0; k < K; ++k) {
+        const uint8_t code = a.columnwise ? q[k * R + r] : q[r * K + k];
+        out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(code) * scale_inv);
+      }
+  });
 }
 
 template <FP8Format F, typename Out>
@@ -156,11 +183,13 @@ void dequantize_mxfp8_typed(const DequantizeArgs& a) {
   const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
   Out* out = static_cast<Out*>(a.output->data);
   const int64_t R = a.rows, K = a.cols;
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t k = 0; k < K; ++k) {
-      const uint8_t e = a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32];
-      out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(q[r * K + k]) * numerics::e8m0_to_float(e));
-    }
+  parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t r = row_begin; r < row_end; ++r)
+      for (int64_t k = 0; k < K; ++k) {
+        const uint8_t e = a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32];
+        out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(q[r * K + k]) * numerics::e8m0_to_float(e));
+      }
+  });
 }
 
 template <template <FP8Format, typename> class Kernel>

@@ -172,3 +172,19 @@ def test_quantize_error_under_compile_names_the_rule():
     fn = torch.compile(lambda x: tep.quantize(x, te.MXFP8Quantizer()).rowwise_data, fullgraph=True, backend="eager")
     with pytest.raises(Exception, match="MXFP8 needs the flattened"):
         fn(torch.randn(48, 64))
+
+
+def test_quantize_dynamic_batch_does_not_recompile():
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    q = te.Float8CurrentScalingQuantizer("e4m3")
+    fn = torch.compile(lambda x: tep.dequantize(tep.quantize(x, q), torch.float32, columnwise=True),
+                       fullgraph=True, dynamic=True, backend=counter)
+    for rows in (32, 48, 96):
+        x = torch.randn(rows, 64)
+        assert_bytes_equal(from_torch(fn(x)), from_torch(tep.dequantize(tep.quantize(x, q), columnwise=True)), "dynamic")
+    assert counter.frame_count == 1
+
+
+def test_quantizer_rejects_a_tensor_field():
+    with pytest.raises(TypeError, match="never tensors or process groups"):
+        te.Float8CurrentScalingQuantizer("e4m3", amax_epsilon=torch.tensor(0.0))

@@ -61,12 +61,16 @@ TWE_HOST_DEVICE bool is_nan(float f) { return (float_to_bits(f) & 0x7FFFFFFFu) >
 TWE_HOST_DEVICE bool is_inf(float f) { return (float_to_bits(f) & 0x7FFFFFFFu) == 0x7F800000u; }
 TWE_HOST_DEVICE float abs_value(float f) { return bits_to_float(float_to_bits(f) & 0x7FFFFFFFu); }
 
-/*! Round to the nearest integer, ties to even (the default IEEE rounding mode). */
+/*! Round a value in [0, 2^22) to the nearest integer, ties to even. On the host, adding and
+ *  subtracting 1.5·2^23 rounds in the FPU's round-to-nearest-even mode without a libm call
+ *  (keeps the casts vectorizable); both steps are exact apart from that one rounding. */
 TWE_HOST_DEVICE float round_half_even(float f) {
 #if defined(__CUDA_ARCH__)
   return rintf(f);
 #else
-  return std::nearbyint(f);
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  const float shifted = f + kMagic;  // IEEE semantics (no -ffast-math): not folded to f
+  return shifted - kMagic;
 #endif
 }
 
@@ -78,6 +82,13 @@ TWE_HOST_DEVICE float round_half_even(float f) {
 TWE_HOST_DEVICE float amax_update(float running, float v) {
   const float a = abs_value(v);
   return a > running ? a : running;  // NaN compares false: skipped
+}
+
+/*! Integer key of |v| for amax reductions: ordering keys orders |v| (non-negative floats order
+ *  as their bits), and NaN maps to 0 so it is skipped. amax = bits_to_float(max of keys). */
+TWE_HOST_DEVICE uint32_t amax_key(float v) {
+  const uint32_t a = float_to_bits(v) & 0x7FFFFFFFu;
+  return a > 0x7F800000u ? 0u : a;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -157,25 +168,28 @@ struct FP8Traits<FP8Format::kE5M2> {
 };
 
 /*! Saturating round-to-nearest-even cast of an fp32 value to an FP8 code.
- *  Finite overflow and ±inf become ±max; any NaN becomes 0x7F (both formats). */
+ *  Finite overflow and ±inf become ±max; any NaN becomes 0x7F (both formats).
+ *  Written with selects instead of early returns so CPU loops vectorize. */
 template <FP8Format F>
 TWE_HOST_DEVICE uint8_t float_to_fp8(float v) {
   using T = FP8Traits<F>;
   const uint32_t u = float_to_bits(v);
-  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t sign = (u >> 24) & 0x80u;
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return 0x7F;
-  if (a >= T::kMaxBits) return static_cast<uint8_t>(sign | T::kMaxCode);
-  if (a < T::kMinNormalBits) {
-    // Subnormal range: multiples of the subnormal step; the scaling is exact.
-    const float steps = round_half_even(bits_to_float(a) * T::kSubnormalInvStep);
-    return static_cast<uint8_t>(sign | static_cast<uint8_t>(steps));
-  }
+  // Normal range: round the mantissa to kMantissaBits (ties to even), then rebias the exponent.
   constexpr int kShift = 23 - T::kMantissaBits;
   const uint32_t rounded = (a + ((1u << (kShift - 1)) - 1u) + ((a >> kShift) & 1u)) >> kShift;
-  uint32_t code = rounded - (static_cast<uint32_t>(127 - T::kBias) << T::kMantissaBits);
-  if (code > T::kMaxCode) code = T::kMaxCode;
-  return static_cast<uint8_t>(sign | code);
+  const uint32_t normal = rounded - (static_cast<uint32_t>(127 - T::kBias) << T::kMantissaBits);
+  // Subnormal range: multiples of the subnormal step; the scaling is exact. Computed for every
+  // input (clamped into range) and selected below, so no floating-point op sits in a branch.
+  const uint32_t clamped = a < T::kMinNormalBits ? a : T::kMinNormalBits;
+  const uint32_t subnormal =
+      static_cast<uint32_t>(static_cast<int32_t>(round_half_even(bits_to_float(clamped) * T::kSubnormalInvStep)));
+  uint32_t code = a < T::kMinNormalBits ? subnormal : normal;
+  const bool saturate = (a >= T::kMaxBits) | (code > T::kMaxCode);  // incl. ±inf
+  code = saturate ? static_cast<uint32_t>(T::kMaxCode) : code;
+  code |= sign;
+  return static_cast<uint8_t>(a > 0x7F800000u ? 0x7Fu : code);
 }
 
 /*! Exact value of an FP8 code (E4M3: 0x7F/0xFF NaN; E5M2: inf and NaN codes). */
