@@ -2,7 +2,6 @@
 // numerics::weighted_accumulate so the CUDA kernels give the same bytes.
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "internal/cpu.h"
@@ -11,30 +10,6 @@
 namespace twe {
 namespace cpu {
 namespace {
-
-/*! Calls fn(begin, end) over disjoint ranges covering [0, n), on up to hardware_concurrency()
- *  threads when `bytes` of output make that worthwhile. Each index is handled by one call with
- *  the same arithmetic, so results never depend on the split. */
-template <typename Fn>
-void parallel_for(int64_t n, int64_t bytes, Fn fn) {
-  constexpr int64_t kMinBytesPerThread = int64_t{1} << 20;
-  const int64_t threads = std::min({static_cast<int64_t>(std::thread::hardware_concurrency()),
-                                    bytes / kMinBytesPerThread, n});
-  if (threads <= 1) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  const int64_t chunk = ceil_div(n, threads);
-  std::vector<std::thread> workers;
-  for (int64_t begin = chunk; begin < n; begin += chunk) {
-    workers.emplace_back([=] {
-      ScopedIeeeSubnormals ieee;
-      fn(begin, std::min(n, begin + chunk));
-    });
-  }
-  fn(int64_t{0}, std::min(n, chunk));
-  for (std::thread& worker : workers) worker.join();
-}
 
 template <typename T>
 void unpermute_typed(const PermuteArgs& a, const RowIdMap& map, const T* y, T* out) {
