@@ -39,7 +39,7 @@ def _row_id_map(routing_map: Tensor, num_out_tokens: int, map_type: str) -> Tens
 
 @_row_id_map.register_fake
 def _(routing_map, num_out_tokens, map_type):
-    return empty_outputs(ROW_ID_MAP.infer(meta(routing_map), num_out_tokens, map_type), routing_map.device)[0]
+    return empty_outputs(ROW_ID_MAP.plan(meta(routing_map), num_out_tokens, map_type), routing_map.device)[0]
 
 
 @torch.library.custom_op("twinengine::moe_chunk_map", mutates_args=())
@@ -50,7 +50,7 @@ def _chunk_map(split_sizes: Tensor, sorted_index: Tensor, num_tokens: int) -> Te
 
 @_chunk_map.register_fake
 def _(split_sizes, sorted_index, num_tokens):
-    return empty_outputs(CHUNK_MAP.infer(meta(split_sizes), meta(sorted_index), num_tokens), split_sizes.device)[0]
+    return empty_outputs(CHUNK_MAP.plan(meta(split_sizes), meta(sorted_index), num_tokens), split_sizes.device)[0]
 
 
 @torch.library.custom_op("twinengine::moe_permute", mutates_args=())
@@ -63,7 +63,7 @@ def _permute(inp: Tensor, row_id_map: Tensor, probs: Tensor | None, num_tokens: 
 
 @_permute.register_fake
 def _(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_rows):
-    call = PERMUTE.infer(meta(inp), meta(row_id_map), meta(probs), num_tokens, num_out_tokens, map_type, out_rows)
+    call = PERMUTE.plan(meta(inp), meta(row_id_map), meta(probs), num_tokens, num_out_tokens, map_type, out_rows)
     return empty_outputs(call, inp.device)
 
 
@@ -77,7 +77,7 @@ def _permute_bwd(grad_out: Tensor, row_id_map: Tensor, grad_permuted_probs: Tens
 
 @_permute_bwd.register_fake
 def _(grad_out, row_id_map, grad_permuted_probs, num_tokens, map_type):
-    call = PERMUTE_BWD.infer(meta(grad_out), meta(row_id_map), meta(grad_permuted_probs), num_tokens, map_type)
+    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_permuted_probs), num_tokens, map_type)
     return empty_outputs(call, grad_out.device)
 
 
@@ -108,7 +108,7 @@ def _unpermute(y: Tensor, row_id_map: Tensor, merging_probs: Tensor | None, num_
 
 @_unpermute.register_fake
 def _(y, row_id_map, merging_probs, num_tokens, map_type):
-    call = UNPERMUTE.infer(meta(y), meta(row_id_map), meta(merging_probs), num_tokens, map_type)
+    call = UNPERMUTE.plan(meta(y), meta(row_id_map), meta(merging_probs), num_tokens, map_type)
     return empty_outputs(call, y.device)[0]
 
 
@@ -122,7 +122,7 @@ def _unpermute_bwd(grad_out: Tensor, y: Tensor, row_id_map: Tensor, merging_prob
 
 @_unpermute_bwd.register_fake
 def _(grad_out, y, row_id_map, merging_probs, map_type):
-    call = UNPERMUTE_BWD.infer(meta(grad_out), meta(y), meta(row_id_map), meta(merging_probs), map_type)
+    call = UNPERMUTE_BWD.plan(meta(grad_out), meta(y), meta(row_id_map), meta(merging_probs), map_type)
     return empty_outputs(call, y.device)
 
 
