@@ -111,6 +111,17 @@ TweStatus check_rng(const TweTensorView* rng, TweDevice dev) {
   return kTweSuccess;
 }
 
+/*! Checks shared by every dequantize entry: data and output present, output high precision and,
+ *  for FP8 formats, data of an FP8 dtype. */
+TweStatus check_dequantize_views(const TweTensorView* data, const TweTensorView* output, bool fp8_data) {
+  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
+  if (fp8_data && data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
+    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
+  }
+  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  return kTweSuccess;
+}
+
 }  // namespace
 }  // namespace twe
 
@@ -174,11 +185,7 @@ TweStatus twe_quantize_mxfp8(const TweTensorView* input, TweQuantizedTensor* out
 
 TweStatus twe_dequantize_fp8(const TweTensorView* data, const TweTensorView* scale_inv, TweTensorView* output,
                              int32_t columnwise, void* stream) {
-  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
-  if (data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
-    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
-  }
-  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  if (TweStatus st = check_dequantize_views(data, output, true)) return st;
   const int64_t r = rows(*output), k = cols(*output);
   TweStatus st = columnwise ? check_view(data, "data", data->dtype, k, r, output->device)
                             : check_view(data, "data", data->dtype, r, k, output->device);
@@ -191,11 +198,7 @@ TweStatus twe_dequantize_fp8(const TweTensorView* data, const TweTensorView* sca
 
 TweStatus twe_dequantize_mxfp8(const TweTensorView* data, const TweTensorView* scale_inv, TweTensorView* output,
                                int32_t columnwise, void* stream) {
-  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
-  if (data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
-    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
-  }
-  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  if (TweStatus st = check_dequantize_views(data, output, true)) return st;
   const int64_t r = rows(*output), k = cols(*output);
   if (r % 32 != 0 || k % 32 != 0) return fail(kTweInvalidArgument, "MXFP8 needs R and K to be multiples of 32");
   TweStatus st = check_view(data, "data", data->dtype, r, k, output->device);
@@ -273,11 +276,7 @@ TweStatus twe_quantize_nvfp4(const TweTensorView* input, const TweTensorView* rn
 
 TweStatus twe_dequantize_fp8_block(const TweTensorView* data, const TweTensorView* scale_inv, TweTensorView* output,
                                    int32_t columnwise, int32_t two_d, void* stream) {
-  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
-  if (data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
-    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
-  }
-  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  if (TweStatus st = check_dequantize_views(data, output, true)) return st;
   const int64_t r = rows(*output), k = cols(*output);
   TweStatus st = check_fp8_block_shape(r, k, "output " + shape_string(*output));
   if (st) return st;
@@ -294,8 +293,7 @@ TweStatus twe_dequantize_fp8_block(const TweTensorView* data, const TweTensorVie
 
 TweStatus twe_dequantize_nvfp4(const TweTensorView* data, const TweTensorView* scale_inv, const TweTensorView* amax,
                                TweTensorView* output, int32_t columnwise, void* stream) {
-  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
-  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  if (TweStatus st = check_dequantize_views(data, output, false)) return st;
   const int64_t r = rows(*output), k = cols(*output);
   TweStatus st = check_nvfp4_shape(r, k, "output " + shape_string(*output));
   if (st) return st;
