@@ -162,8 +162,10 @@ class NVFP4Quantizer(Quantizer):
     """NVFP4: E2M1 data, E4M3 scales per 1×16 block, fp32 global scale (NUMERICS.md §7).
 
     ``with_rht`` applies the 16-point random Hadamard transform to the columnwise copy
-    (bf16 input only); ``with_2d_quantization`` shares a scale per 16×16 tile;
-    ``stochastic_rounding`` rounds with Philox bits from an explicit ``rng=[seed, offset]``.
+    (bf16 input only; no effect with columnwise=False; that copy dequantizes to the
+    transformed values); ``with_2d_quantization`` shares a scale per 16×16 tile;
+    ``stochastic_rounding`` rounds with Philox bits from an explicit ``rng=[seed, offset]``
+    array (see ``twinengine.ops.quantize.RNG_DTYPES``), required exactly when it is set.
     """
 
     with_rht: bool = False

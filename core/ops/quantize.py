@@ -12,12 +12,14 @@ from typing import Any, Sequence
 from ..dtypes import FP8_DTYPES, HIGH_PRECISION
 from ..quantized_tensor import QuantizedTensor
 from ..quantizers import (
+    Float8BlockQuantizer,
     Float8CurrentScalingQuantizer,
     Float8DelayedScalingQuantizer,
     MXFP8Quantizer,
+    NVFP4Quantizer,
     Quantizer,
 )
-from .opdef import KernelCall, OpDef, Shape, TensorSpec, fail, flatten_2d, round_up
+from .opdef import KernelCall, OpDef, Shape, TensorSpec, ceil_div, fail, flatten_2d, round_up
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +33,15 @@ class ArrayMeta:
 _FP8_FORMAT_CODES = {"e4m3": 0, "e5m2": 1}
 _AMAX_ALGORITHMS = {"max": 0, "most_recent": 1}
 _SCALAR_F32 = ((1,), "float32")
+
+RNG_DTYPES = ("uint32", "int32", "int64")
+"""The rng rule (NUMERICS.md §7 step 9): ``rng`` is an array of shape (2,) holding
+``[seed, offset]``, each in [0, 2**32), of dtype uint32, int32 or int64. Kernels use the low
+32 bits of each element (two's complement), so the same two numbers give the same bytes
+whatever the dtype: JAX without x64 (which turns int64 into int32 keeping the low bits) and
+torch (whose uint32 support is thin; use int64) agree. It is an array, never a Python int, so
+a new offset does not recompile, and it is required exactly when the quantizer rounds
+stochastically."""
 
 
 # ---- quantize ---------------------------------------------------------------------------
@@ -54,13 +65,49 @@ def _validate_quantize(x: ArrayMeta, quantizer: Quantizer, scale: ArrayMeta | No
             fail(op, ValueError, f"scale must be float32 of shape (1,), got {scale.dtype} {tuple(scale.shape)}")
     elif scale is not None:
         fail(op, ValueError, f"scale= is only used by Float8DelayedScalingQuantizer, not {type(quantizer).__name__}")
-    if rng is not None:
-        fail(op, ValueError, f"rng= is only used by quantizers with stochastic rounding, not {type(quantizer).__name__}")
+    _validate_rng(op, quantizer, rng)
     if isinstance(quantizer, MXFP8Quantizer) and (rows % 32 != 0 or cols % 32 != 0):
-        fail(op, ValueError, "MXFP8 needs the flattened (R, K) shape to have R and K divisible by 32 "
-             f"(1x32 / 32x1 blocks), got x of shape {tuple(x.shape)} -> (R, K) = ({rows}, {cols})")
+        fail(op, ValueError, f"MXFP8 needs the flattened (R, K) shape to have R and K divisible by 32 "
+             f"(1x32 / 32x1 blocks), {_got_shape(x)}")
+    if isinstance(quantizer, Float8BlockQuantizer) and (rows % 128 != 0 or cols % 128 != 0):
+        fail(op, ValueError, f"FP8 block scaling needs R and K divisible by 128 (1x128 blocks / 128x128 tiles "
+             f"of the flattened (R, K) shape), {_got_shape(x)}")
+    if isinstance(quantizer, NVFP4Quantizer):
+        if rows % 16 != 0 or cols % 16 != 0:
+            fail(op, ValueError, f"NVFP4 needs R and K divisible by 16 (1x16 blocks / 16x16 tiles of the "
+                 f"flattened (R, K) shape), {_got_shape(x)}")
+        if quantizer.with_rht and quantizer.columnwise and x.dtype != "bfloat16":
+            fail(op, TypeError, f"NVFP4 with_rht=True with columnwise usage needs bfloat16 x (the RHT is "
+                 f"defined for bf16 input only), got {x.dtype}; use columnwise=False or with_rht=False")
     if quantizer.scaling_mode not in _QUANTIZE_KERNELS:
         fail(op, TypeError, f"{type(quantizer).__name__} has no quantize kernel")
+
+
+def _got_shape(x: ArrayMeta) -> str:
+    """The shape part of a divisibility error. Call it only on failure: formatting symbolic sizes
+    would specialize them under torch.compile(dynamic=True)."""
+    rows, cols = flatten_2d(x.shape)
+    return f"got x of shape {tuple(x.shape)} -> (R, K) = ({rows}, {cols})"
+
+
+def _validate_rng(op: str, quantizer: Quantizer, rng: ArrayMeta | None) -> None:
+    """rng is required iff the quantizer rounds stochastically; see RNG_DTYPES for the rule."""
+    if not getattr(quantizer, "stochastic_rounding", False):
+        if rng is not None:
+            fail(op, ValueError, f"rng= is only used by quantizers with stochastic rounding, not {quantizer!r}")
+        return
+    if rng is None:
+        fail(op, ValueError, f"{quantizer!r} rounds stochastically and needs rng= (an integer array "
+             "[seed, offset] of shape (2,), dtype uint32, int32 or int64)")
+    if rng.dtype not in RNG_DTYPES:
+        fail(op, TypeError, f"rng must have dtype uint32, int32 or int64, got {rng.dtype}")
+    if tuple(rng.shape) != (2,):
+        fail(op, ValueError, f"rng must have shape (2,) ([seed, offset]), got {tuple(rng.shape)}")
+
+
+def _two_d(quantizer: Quantizer) -> bool:
+    """2D tiles: MXFP8 32x32, FP8 block 128x128 (block_scaling_dim=2), NVFP4 16x16."""
+    return bool(getattr(quantizer, "with_2d_quantization", False)) or getattr(quantizer, "block_scaling_dim", 1) == 2
 
 
 def _quantize_attrs(quantizer: Quantizer) -> tuple[tuple[str, int | float], ...]:
@@ -70,7 +117,9 @@ def _quantize_attrs(quantizer: Quantizer) -> tuple[tuple[str, int | float], ...]
         ("fp8_format", _FP8_FORMAT_CODES[getattr(quantizer, "fp8_dtype", "e4m3")]),
         ("amax_epsilon", float(getattr(quantizer, "amax_epsilon", 0.0))),
         ("force_pow2_scales", int(getattr(quantizer, "force_pow_2_scales", False))),
-        ("two_d", int(getattr(quantizer, "with_2d_quantization", False))),
+        ("two_d", int(_two_d(quantizer))),
+        ("with_rht", int(getattr(quantizer, "with_rht", False))),
+        ("stochastic_rounding", int(getattr(quantizer, "stochastic_rounding", False))),
     )
 
 
@@ -100,18 +149,65 @@ def _mxfp8_outputs(x: ArrayMeta, q: MXFP8Quantizer) -> tuple[TensorSpec, ...]:
     return tuple(specs)
 
 
+def _fp8_block_scale_shape(rows: Any, cols: Any, columnwise: bool, two_d: bool) -> Shape:
+    """fp32 scale_inv shape of one FP8-block copy (NUMERICS.md §6): 1D rowwise (K/128, roundup(R,4))
+    R-minor, 1D columnwise (R/128, roundup(K,4)); 2D rowwise (R/128, roundup(K/128,4)), 2D
+    columnwise (K/128, roundup(R/128,4))."""
+    if columnwise:
+        rows, cols = cols, rows
+    if two_d:
+        return (ceil_div(rows, 128), round_up(ceil_div(cols, 128), 4))
+    return (ceil_div(cols, 128), round_up(rows, 4))
+
+
+def _fp8_block_outputs(x: ArrayMeta, q: Float8BlockQuantizer) -> tuple[TensorSpec, ...]:
+    rows, cols = flatten_2d(x.shape)
+    data = FP8_DTYPES[q.fp8_dtype]
+    two_d = q.block_scaling_dim == 2
+    specs = []
+    if q.rowwise:
+        specs += [TensorSpec("rowwise_data", tuple(x.shape), data),
+                  TensorSpec("rowwise_scale_inv", _fp8_block_scale_shape(rows, cols, False, two_d), "float32")]
+    if q.columnwise:
+        specs += [TensorSpec("columnwise_data", (cols, rows), data),
+                  TensorSpec("columnwise_scale_inv", _fp8_block_scale_shape(rows, cols, True, two_d), "float32")]
+    return tuple(specs)
+
+
+def _nvfp4_outputs(x: ArrayMeta, q: NVFP4Quantizer) -> tuple[TensorSpec, ...]:
+    """NUMERICS.md §7 step 10: packed E2M1 data, E4M3 scale codes, one global amax per copy."""
+    rows, cols = flatten_2d(x.shape)
+    specs = []
+    if q.rowwise:
+        specs += [TensorSpec("rowwise_data", tuple(x.shape[:-1]) + (cols // 2,), "uint8"),
+                  TensorSpec("rowwise_scale_inv", (round_up(rows, 128), round_up(ceil_div(cols, 16), 4)), "uint8")]
+    if q.columnwise:
+        specs += [TensorSpec("columnwise_data", (cols, rows // 2), "uint8"),
+                  TensorSpec("columnwise_scale_inv", (round_up(cols, 128), round_up(ceil_div(rows, 16), 4)), "uint8")]
+    if q.rowwise:
+        specs.append(TensorSpec("amax", *_SCALAR_F32))
+    if q.columnwise:
+        specs.append(TensorSpec("columnwise_amax", *_SCALAR_F32))
+    return tuple(specs)
+
+
 # scaling_mode -> (kernel op, input names, output-spec function). Keyed by the quantizer's
-# scaling_mode string (not its type) so that torch.compile traces the lookup.
+# scaling_mode string (not its type) so that torch.compile traces the lookup. An rng array,
+# when given (stochastic rounding), is appended to the inputs.
 _QUANTIZE_KERNELS: dict[str, tuple[str, tuple[str, ...], Any]] = {
     "fp8_current": ("quantize_fp8_current", ("x",), _per_tensor_outputs),
     "fp8_delayed": ("quantize_fp8_delayed", ("x", "scale"), _per_tensor_outputs),
     "mxfp8": ("quantize_mxfp8", ("x",), _mxfp8_outputs),
+    "fp8_block": ("quantize_fp8_block", ("x",), _fp8_block_outputs),
+    "nvfp4": ("quantize_nvfp4", ("x",), _nvfp4_outputs),
 }
 
 
 def _infer_quantize(x: ArrayMeta, quantizer: Quantizer, scale: ArrayMeta | None = None,
                     rng: ArrayMeta | None = None) -> KernelCall:
     op, inputs, outputs = _QUANTIZE_KERNELS[quantizer.scaling_mode]
+    if rng is not None:
+        inputs = inputs + ("rng",)
     return KernelCall(op, inputs, outputs(x, quantizer), _quantize_attrs(quantizer))
 
 
@@ -124,24 +220,33 @@ QUANTIZE = OpDef(
 )
 """quantize(x, quantizer, scale=None, rng=None) -> QuantizedTensor fields.
 
-Shapes: x any rank >= 1, flattened to (R, K). Outputs per quantizer as NUMERICS.md lays out.
-Dtypes: x float32 / bfloat16 / float16.
+Shapes: x any rank >= 1, flattened to (R, K). Outputs per quantizer as NUMERICS.md lays out;
+    MXFP8 needs R, K divisible by 32, FP8 block by 128, NVFP4 by 16.
+Dtypes: x float32 / bfloat16 / float16 (bfloat16 for NVFP4 with_rht and columnwise usage);
+    rng per RNG_DTYPES (NVFP4 with stochastic_rounding only).
 """
 
 
 # ---- dequantize -------------------------------------------------------------------------
 
-# scaling_mode -> kernel op
+# scaling_mode -> (kernel op, whether the copy's global amax is a kernel input)
 _DEQUANTIZE_KERNELS = {
-    "fp8_current": "dequantize_fp8",
-    "fp8_delayed": "dequantize_fp8",
-    "mxfp8": "dequantize_mxfp8",
+    "fp8_current": ("dequantize_fp8", False),
+    "fp8_delayed": ("dequantize_fp8", False),
+    "mxfp8": ("dequantize_mxfp8", False),
+    "fp8_block": ("dequantize_fp8_block", False),
+    "nvfp4": ("dequantize_nvfp4", True),
 }
 
 
 def _usage_fields(columnwise: bool) -> tuple[str, str]:
     prefix = "columnwise" if columnwise else "rowwise"
     return f"{prefix}_data", f"{prefix}_scale_inv"
+
+
+def _amax_field(columnwise: bool) -> str:
+    """The QuantizedTensor field holding a copy's global amax (NVFP4)."""
+    return "columnwise_amax" if columnwise else "amax"
 
 
 def _validate_dequantize(qt: QuantizedTensor, out_dtype: str, columnwise: bool = False) -> None:
@@ -160,14 +265,19 @@ def _validate_dequantize(qt: QuantizedTensor, out_dtype: str, columnwise: bool =
         fail(op, ValueError, f"the QuantizedTensor's {data} / {scale_inv} are missing")
     if quantizer.scaling_mode not in _DEQUANTIZE_KERNELS:
         fail(op, TypeError, f"{type(quantizer).__name__} has no dequantize kernel")
+    if _DEQUANTIZE_KERNELS[quantizer.scaling_mode][1] and getattr(qt, _amax_field(columnwise)) is None:
+        fail(op, ValueError, f"the QuantizedTensor's {_amax_field(columnwise)} (the global amax of its {usage} "
+             "copy) is missing")
 
 
 def _infer_dequantize(qt: QuantizedTensor, out_dtype: str, columnwise: bool = False) -> KernelCall:
+    op, needs_amax = _DEQUANTIZE_KERNELS[qt.quantizer.scaling_mode]
+    inputs = _usage_fields(columnwise) + ((_amax_field(columnwise),) if needs_amax else ())
     return KernelCall(
-        op=_DEQUANTIZE_KERNELS[qt.quantizer.scaling_mode],
-        inputs=_usage_fields(columnwise),
+        op=op,
+        inputs=inputs,
         outputs=(TensorSpec("out", tuple(qt.shape), out_dtype),),
-        attrs=(("columnwise", int(columnwise)),),
+        attrs=(("columnwise", int(columnwise)), ("two_d", int(_two_d(qt.quantizer)))),
     )
 
 
@@ -181,7 +291,8 @@ DEQUANTIZE = OpDef(
 """dequantize(qt, dtype, columnwise=False) -> array of qt.shape in `dtype`.
 
 Numerics: x̂ computed in fp32 per the format's decode rule, then rounded (RNE) to `dtype`.
-The columnwise copy of a transposed layout is transposed back to qt.shape.
+The columnwise copy of a transposed layout is transposed back to qt.shape. An NVFP4
+columnwise copy made with the RHT dequantizes to the transformed values (RHT(xᵀ))ᵀ.
 """
 
 

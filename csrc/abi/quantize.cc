@@ -35,14 +35,19 @@ TweStatus check_input(const TweTensorView* input) {
   return kTweSuccess;
 }
 
+TweStatus check_copies_requested(const TweQuantizedTensor* out) {
+  if (!present(&out->rowwise_data) && !present(&out->columnwise_data)) {
+    return fail(kTweInvalidArgument, "at least one of rowwise_data and columnwise_data must be requested");
+  }
+  return kTweSuccess;
+}
+
 TweStatus check_per_tensor_outputs(const TweTensorView* input, TweQuantizedTensor* out, TweFP8Format format,
                                    bool needs_amax) {
   const int64_t r = rows(*input), k = cols(*input);
   const TweDevice dev = input->device;
-  TweStatus st = kTweSuccess;
-  if (!present(&out->rowwise_data) && !present(&out->columnwise_data)) {
-    return fail(kTweInvalidArgument, "at least one of rowwise_data and columnwise_data must be requested");
-  }
+  TweStatus st = check_copies_requested(out);
+  if (st) return st;
   if (present(&out->rowwise_data)) {
     if ((st = check_view(&out->rowwise_data, "rowwise_data", fp8_dtype(format), r, k, dev))) return st;
     if ((st = check_view(&out->rowwise_scale_inv, "rowwise_scale_inv", kTweFloat32, -1, 1, dev))) return st;
@@ -54,6 +59,66 @@ TweStatus check_per_tensor_outputs(const TweTensorView* input, TweQuantizedTenso
   if (needs_amax || present(&out->amax)) {
     if ((st = check_view(&out->amax, "amax", kTweFloat32, -1, 1, dev))) return st;
   }
+  return kTweSuccess;
+}
+
+/*! Shapes (rows, cols) of the fp32 FP8-block scale tensor of one copy (NUMERICS.md §6). */
+void fp8_block_scale_shape(int64_t r, int64_t k, bool columnwise, bool two_d, int64_t* rows_out, int64_t* cols_out) {
+  constexpr int64_t B = numerics::kFP8BlockSize;
+  if (two_d) {
+    *rows_out = columnwise ? ceil_div(k, B) : ceil_div(r, B);
+    *cols_out = round_up(columnwise ? ceil_div(r, B) : ceil_div(k, B), 4);
+  } else {
+    *rows_out = columnwise ? ceil_div(r, B) : ceil_div(k, B);
+    *cols_out = round_up(columnwise ? k : r, 4);
+  }
+}
+
+TweStatus check_fp8_block_shape(int64_t r, int64_t k, const std::string& what) {
+  if (r % numerics::kFP8BlockSize != 0 || k % numerics::kFP8BlockSize != 0) {
+    return fail(kTweInvalidArgument, "FP8 block scaling needs R and K divisible by 128, got " + what);
+  }
+  return kTweSuccess;
+}
+
+TweStatus check_nvfp4_shape(int64_t r, int64_t k, const std::string& what) {
+  if (r % numerics::kNVFP4BlockSize != 0 || k % numerics::kNVFP4BlockSize != 0) {
+    return fail(kTweInvalidArgument, "NVFP4 needs R and K divisible by 16, got " + what);
+  }
+  return kTweSuccess;
+}
+
+/*! The NVFP4 data and scale views of one copy, of `rows` rows of `cols` elements. */
+TweStatus check_nvfp4_copy(const TweTensorView* data, const TweTensorView* scale_inv, const char* data_name,
+                           const char* scale_name, int64_t rows, int64_t cols, TweDevice dev) {
+  TweStatus st = check_view(data, data_name, kTweUInt8, rows, cols / 2, dev);
+  if (st) return st;
+  return check_view(scale_inv, scale_name, kTweUInt8, round_up(rows, 128),
+                    round_up(ceil_div(cols, numerics::kNVFP4BlockSize), 4), dev);
+}
+
+/*! The [seed, offset] state: two integers of dtype uint32, int32 or int64 on `dev`. */
+TweStatus check_rng(const TweTensorView* rng, TweDevice dev) {
+  if (!present(rng)) return fail(kTweInvalidArgument, "stochastic rounding needs the rng state [seed, offset]");
+  if (rng->dtype != kTweUInt32 && rng->dtype != kTweInt32 && rng->dtype != kTweInt64) {
+    return fail(kTweInvalidArgument, std::string("rng must have dtype uint32, int32 or int64, got ") +
+                                         dtype_name(rng->dtype));
+  }
+  if (rng->ndim != 1 || rng->shape[0] != 2) {
+    return fail(kTweInvalidArgument, "rng must have shape (2,) ([seed, offset]), got " + shape_string(*rng));
+  }
+  if (rng->device != dev) return fail(kTweInvalidArgument, "rng is on a different device");
+  return kTweSuccess;
+}
+
+/*! Checks shared by every dequantize entry: data and output present, output high precision and,
+ *  for FP8 formats, data of an FP8 dtype. */
+TweStatus check_dequantize_views(const TweTensorView* data, const TweTensorView* output, bool fp8_data) {
+  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
+  if (fp8_data && data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
+    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
+  }
+  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
   return kTweSuccess;
 }
 
@@ -71,7 +136,7 @@ TweStatus twe_quantize_fp8_current(const TweTensorView* input, TweQuantizedTenso
   if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
   if ((st = check_per_tensor_outputs(input, output, params->format, false))) return st;
   if (!(params->amax_epsilon >= 0.0f)) return fail(kTweInvalidArgument, "amax_epsilon must be >= 0");
-  QuantizeArgs args{input, nullptr, output, *params, rows(*input), cols(*input), stream};
+  QuantizeArgs args{input, nullptr, nullptr, output, *params, rows(*input), cols(*input), stream};
   st = run_on_device(input->device, args, TWE_DEVICE_FNS(quantize_fp8_current));
   return st ? st : succeed();
 }
@@ -84,7 +149,7 @@ TweStatus twe_quantize_fp8_delayed(const TweTensorView* input, const TweTensorVi
   if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
   if ((st = check_view(scale, "scale", kTweFloat32, -1, 1, input->device))) return st;
   if ((st = check_per_tensor_outputs(input, output, params->format, true))) return st;
-  QuantizeArgs args{input, scale, output, *params, rows(*input), cols(*input), stream};
+  QuantizeArgs args{input, scale, nullptr, output, *params, rows(*input), cols(*input), stream};
   st = run_on_device(input->device, args, TWE_DEVICE_FNS(quantize_fp8_delayed));
   return st ? st : succeed();
 }
@@ -100,9 +165,7 @@ TweStatus twe_quantize_mxfp8(const TweTensorView* input, TweQuantizedTensor* out
   }
   const TweDevice dev = input->device;
   const TweDType dt = fp8_dtype(params->format);
-  if (!present(&output->rowwise_data) && !present(&output->columnwise_data)) {
-    return fail(kTweInvalidArgument, "at least one of rowwise_data and columnwise_data must be requested");
-  }
+  if ((st = check_copies_requested(output))) return st;
   if (present(&output->rowwise_data)) {
     if ((st = check_view(&output->rowwise_data, "rowwise_data", dt, r, k, dev))) return st;
     if ((st = check_view(&output->rowwise_scale_inv, "rowwise_scale_inv", kTweUInt8, round_up(r, 128),
@@ -115,35 +178,27 @@ TweStatus twe_quantize_mxfp8(const TweTensorView* input, TweQuantizedTensor* out
                          round_up(k, 128), dev)))
       return st;
   }
-  QuantizeArgs args{input, nullptr, output, *params, r, k, stream};
+  QuantizeArgs args{input, nullptr, nullptr, output, *params, r, k, stream};
   st = run_on_device(dev, args, TWE_DEVICE_FNS(quantize_mxfp8));
   return st ? st : succeed();
 }
 
 TweStatus twe_dequantize_fp8(const TweTensorView* data, const TweTensorView* scale_inv, TweTensorView* output,
                              int32_t columnwise, void* stream) {
-  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
-  if (data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
-    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
-  }
-  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  if (TweStatus st = check_dequantize_views(data, output, true)) return st;
   const int64_t r = rows(*output), k = cols(*output);
   TweStatus st = columnwise ? check_view(data, "data", data->dtype, k, r, output->device)
                             : check_view(data, "data", data->dtype, r, k, output->device);
   if (st) return st;
   if ((st = check_view(scale_inv, "scale_inv", kTweFloat32, -1, 1, output->device))) return st;
-  DequantizeArgs args{data, scale_inv, output, columnwise != 0, r, k, stream};
+  DequantizeArgs args{data, scale_inv, nullptr, output, columnwise != 0, false, r, k, stream};
   st = run_on_device(output->device, args, TWE_DEVICE_FNS(dequantize_fp8));
   return st ? st : succeed();
 }
 
 TweStatus twe_dequantize_mxfp8(const TweTensorView* data, const TweTensorView* scale_inv, TweTensorView* output,
                                int32_t columnwise, void* stream) {
-  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
-  if (data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
-    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
-  }
-  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  if (TweStatus st = check_dequantize_views(data, output, true)) return st;
   const int64_t r = rows(*output), k = cols(*output);
   // Rowwise blocks lie along K only: a rowwise copy with any R (e.g. permuted rows) dequantizes.
   if (k % 32 != 0 || (columnwise && r % 32 != 0)) {
@@ -154,8 +209,105 @@ TweStatus twe_dequantize_mxfp8(const TweTensorView* data, const TweTensorView* s
   st = columnwise ? check_view(scale_inv, "scale_inv", kTweUInt8, round_up(r / 32, 4), round_up(k, 128), output->device)
                   : check_view(scale_inv, "scale_inv", kTweUInt8, round_up(r, 128), round_up(k / 32, 4), output->device);
   if (st) return st;
-  DequantizeArgs args{data, scale_inv, output, columnwise != 0, r, k, stream};
+  DequantizeArgs args{data, scale_inv, nullptr, output, columnwise != 0, false, r, k, stream};
   st = run_on_device(output->device, args, TWE_DEVICE_FNS(dequantize_mxfp8));
+  return st ? st : succeed();
+}
+
+TweStatus twe_quantize_fp8_block(const TweTensorView* input, TweQuantizedTensor* output,
+                                 const TweQuantizeParams* params, void* stream) {
+  TweStatus st = check_input(input);
+  if (st) return st;
+  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
+  const int64_t r = rows(*input), k = cols(*input);
+  if ((st = check_fp8_block_shape(r, k, "input " + shape_string(*input)))) return st;
+  if (!(params->amax_epsilon >= 0.0f)) return fail(kTweInvalidArgument, "amax_epsilon must be >= 0");
+  if ((st = check_copies_requested(output))) return st;
+  const TweDevice dev = input->device;
+  const TweDType dt = fp8_dtype(params->format);
+  const bool two_d = params->two_d != 0;
+  int64_t sr, sc;
+  if (present(&output->rowwise_data)) {
+    if ((st = check_view(&output->rowwise_data, "rowwise_data", dt, r, k, dev))) return st;
+    fp8_block_scale_shape(r, k, false, two_d, &sr, &sc);
+    if ((st = check_view(&output->rowwise_scale_inv, "rowwise_scale_inv", kTweFloat32, sr, sc, dev))) return st;
+  }
+  if (present(&output->columnwise_data)) {
+    if ((st = check_view(&output->columnwise_data, "columnwise_data", dt, k, r, dev))) return st;
+    fp8_block_scale_shape(r, k, true, two_d, &sr, &sc);
+    if ((st = check_view(&output->columnwise_scale_inv, "columnwise_scale_inv", kTweFloat32, sr, sc, dev))) return st;
+  }
+  QuantizeArgs args{input, nullptr, nullptr, output, *params, r, k, stream};
+  st = run_on_device(dev, args, TWE_DEVICE_FNS(quantize_fp8_block));
+  return st ? st : succeed();
+}
+
+TweStatus twe_quantize_nvfp4(const TweTensorView* input, const TweTensorView* rng, TweQuantizedTensor* output,
+                             const TweQuantizeParams* params, void* stream) {
+  TweStatus st = check_input(input);
+  if (st) return st;
+  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
+  const int64_t r = rows(*input), k = cols(*input);
+  if ((st = check_nvfp4_shape(r, k, "input " + shape_string(*input)))) return st;
+  if ((st = check_copies_requested(output))) return st;
+  const TweDevice dev = input->device;
+  if (present(&output->rowwise_data)) {
+    if ((st = check_nvfp4_copy(&output->rowwise_data, &output->rowwise_scale_inv, "rowwise_data",
+                               "rowwise_scale_inv", r, k, dev)))
+      return st;
+    if ((st = check_view(&output->amax, "amax", kTweFloat32, -1, 1, dev))) return st;
+  }
+  if (present(&output->columnwise_data)) {
+    if ((st = check_nvfp4_copy(&output->columnwise_data, &output->columnwise_scale_inv, "columnwise_data",
+                               "columnwise_scale_inv", k, r, dev)))
+      return st;
+    if ((st = check_view(&output->columnwise_amax, "columnwise_amax", kTweFloat32, -1, 1, dev))) return st;
+    if (params->with_rht && input->dtype != kTweBFloat16) {
+      return fail(kTweInvalidArgument, std::string("the RHT of the columnwise copy needs bfloat16 input, got ") +
+                                           dtype_name(input->dtype));
+    }
+  }
+  if (params->stochastic_rounding) {
+    if ((st = check_rng(rng, dev))) return st;
+  } else if (present(rng)) {
+    return fail(kTweInvalidArgument, "rng is only used with stochastic_rounding");
+  }
+  QuantizeArgs args{input, nullptr, rng, output, *params, r, k, stream};
+  st = run_on_device(dev, args, TWE_DEVICE_FNS(quantize_nvfp4));
+  return st ? st : succeed();
+}
+
+TweStatus twe_dequantize_fp8_block(const TweTensorView* data, const TweTensorView* scale_inv, TweTensorView* output,
+                                   int32_t columnwise, int32_t two_d, void* stream) {
+  if (TweStatus st = check_dequantize_views(data, output, true)) return st;
+  const int64_t r = rows(*output), k = cols(*output);
+  // A rowwise 1D copy has blocks along K only: any R (e.g. permuted rows) dequantizes.
+  TweStatus st = check_fp8_block_shape(columnwise || two_d ? r : 0, k, "output " + shape_string(*output));
+  if (st) return st;
+  st = columnwise ? check_view(data, "data", data->dtype, k, r, output->device)
+                  : check_view(data, "data", data->dtype, r, k, output->device);
+  if (st) return st;
+  int64_t sr, sc;
+  fp8_block_scale_shape(r, k, columnwise != 0, two_d != 0, &sr, &sc);
+  if ((st = check_view(scale_inv, "scale_inv", kTweFloat32, sr, sc, output->device))) return st;
+  DequantizeArgs args{data, scale_inv, nullptr, output, columnwise != 0, two_d != 0, r, k, stream};
+  st = run_on_device(output->device, args, TWE_DEVICE_FNS(dequantize_fp8_block));
+  return st ? st : succeed();
+}
+
+TweStatus twe_dequantize_nvfp4(const TweTensorView* data, const TweTensorView* scale_inv, const TweTensorView* amax,
+                               TweTensorView* output, int32_t columnwise, void* stream) {
+  if (TweStatus st = check_dequantize_views(data, output, false)) return st;
+  const int64_t r = rows(*output), k = cols(*output);
+  // A rowwise copy has blocks along K only: any R (e.g. permuted rows) dequantizes.
+  TweStatus st = check_nvfp4_shape(columnwise ? r : 0, k, "output " + shape_string(*output));
+  if (st) return st;
+  st = columnwise ? check_nvfp4_copy(data, scale_inv, "data", "scale_inv", k, r, output->device)
+                  : check_nvfp4_copy(data, scale_inv, "data", "scale_inv", r, k, output->device);
+  if (st) return st;
+  if ((st = check_view(amax, "amax", kTweFloat32, -1, 1, output->device))) return st;
+  DequantizeArgs args{data, scale_inv, amax, output, columnwise != 0, false, r, k, stream};
+  st = run_on_device(output->device, args, TWE_DEVICE_FNS(dequantize_nvfp4));
   return st ? st : succeed();
 }
 

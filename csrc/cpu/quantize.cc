@@ -159,35 +159,291 @@ void mxfp8(const QuantizeArgs& a, const T* x) {
   if (col_data) mxfp8_columnwise<F>(x, a.rows, a.cols, col_data, col_scales, col_stride);
 }
 
+// ---- FP8 block scaling (NUMERICS.md §6) -----------------------------------------------------
+
+constexpr int64_t kFP8Block = numerics::kFP8BlockSize;
+
+/*! Where one FP8-block quantize call writes (null pointers for copies not requested). */
+struct Fp8BlockOutputs {
+  uint8_t* row_data;
+  float* row_scales;
+  int64_t row_stride;
+  uint8_t* col_data;
+  float* col_scales;
+  int64_t col_stride;
+};
+
+/*! Encode scale of one block from its amax (§2 with the block options). */
+struct Fp8BlockScaler {
+  float format_max;
+  float epsilon;
+  bool pow2;
+  float inf_value;
+  float operator()(float amax) const { return numerics::scale_from_amax(amax, format_max, epsilon, pow2, inf_value); }
+};
+
+/*! 1×128 blocks: rowwise along K, columnwise along R (blocks of the transpose). */
+template <FP8Format F, typename T>
+void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
+  if (o.row_data) {
+    parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
+      for (int64_t r = row_begin; r < row_end; ++r) {
+        for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
+          const T* block = x + r * K + kb * kFP8Block;
+          const float scale = scaler(block_amax(block, kFP8Block));
+          for (int64_t i = 0; i < kFP8Block; ++i)
+            o.row_data[r * K + kb * kFP8Block + i] = numerics::float_to_fp8<F>(to_float(block[i]) * scale);
+          o.row_scales[kb * o.row_stride + r] = 1.0f / scale;
+        }
+      }
+    });
+  }
+  if (o.col_data) {
+    parallel_for(R / kFP8Block, R * K, [&](int64_t rb_begin, int64_t rb_end) {
+      std::vector<float> scale(static_cast<size_t>(K));
+      for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
+        std::fill(scale.begin(), scale.end(), 0.0f);  // running amax, then the scale
+        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
+          for (int64_t k = 0; k < K; ++k) scale[k] = numerics::amax_update(scale[k], to_float(x[r * K + k]));
+        for (int64_t k = 0; k < K; ++k) {
+          scale[k] = scaler(scale[k]);
+          o.col_scales[rb * o.col_stride + k] = 1.0f / scale[k];
+        }
+        // Column k of this row block is one contiguous run of the (K, R) output.
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
+            o.col_data[k * R + r] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale[k]);
+      }
+    });
+  }
+}
+
+/*! 128×128 tiles: one scale per tile; the columnwise copy is the exact transpose. */
+template <FP8Format F, typename T>
+void fp8_block_2d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
+  parallel_for(R / kFP8Block, R * K, [&](int64_t rb_begin, int64_t rb_end) {
+    for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
+      for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
+        float amax = 0.0f;
+        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
+          for (int64_t k = kb * kFP8Block; k < (kb + 1) * kFP8Block; ++k)
+            amax = numerics::amax_update(amax, to_float(x[r * K + k]));
+        const float scale = scaler(amax);
+        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r) {
+          for (int64_t k = kb * kFP8Block; k < (kb + 1) * kFP8Block; ++k) {
+            const uint8_t q = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale);
+            if (o.row_data) o.row_data[r * K + k] = q;
+            if (o.col_data) o.col_data[k * R + r] = q;
+          }
+        }
+        if (o.row_scales) o.row_scales[rb * o.row_stride + kb] = 1.0f / scale;
+        if (o.col_scales) o.col_scales[kb * o.col_stride + rb] = 1.0f / scale;
+      }
+    }
+  });
+}
+
+template <FP8Format F, typename T>
+void fp8_block(const QuantizeArgs& a, const T* x, float inf_value) {
+  const TweQuantizedTensor& t = *a.output;
+  Fp8BlockOutputs o{};
+  o.row_data = static_cast<uint8_t*>(t.rowwise_data.data);
+  o.col_data = static_cast<uint8_t*>(t.columnwise_data.data);
+  if (o.row_data) {
+    o.row_scales = static_cast<float*>(t.rowwise_scale_inv.data);
+    o.row_stride = t.rowwise_scale_inv.shape[t.rowwise_scale_inv.ndim - 1];
+    std::fill(o.row_scales, o.row_scales + numel(t.rowwise_scale_inv), 0.0f);
+  }
+  if (o.col_data) {
+    o.col_scales = static_cast<float*>(t.columnwise_scale_inv.data);
+    o.col_stride = t.columnwise_scale_inv.shape[t.columnwise_scale_inv.ndim - 1];
+    std::fill(o.col_scales, o.col_scales + numel(t.columnwise_scale_inv), 0.0f);
+  }
+  const Fp8BlockScaler scaler{numerics::FP8Traits<F>::kMax, a.params.amax_epsilon, a.params.force_pow2_scales != 0,
+                              inf_value};
+  if (a.params.two_d) fp8_block_2d<F>(x, a.rows, a.cols, scaler, o);
+  else fp8_block_1d<F>(x, a.rows, a.cols, scaler, o);
+}
+
+// ---- NVFP4 (NUMERICS.md §7) -------------------------------------------------------------------
+
+constexpr int64_t kFP4Block = numerics::kNVFP4BlockSize;
+
+/*! Stochastic-rounding state of one call: seed and offset (low 32 bits of the rng elements). */
+struct SrState {
+  uint32_t seed;
+  uint32_t offset;
+};
+
+uint32_t rng_word(const TweTensorView& rng, int index) {
+  if (rng.dtype == kTweInt64) return static_cast<uint32_t>(static_cast<const int64_t*>(rng.data)[index]);
+  return static_cast<const uint32_t*>(rng.data)[index];  // uint32, or int32 read as its bits
+}
+
+/*! Where one NVFP4 copy goes: packed data (rows, cols/2), E4M3 scale codes, global amax. */
+struct Nvfp4Copy {
+  uint8_t* data;
+  uint8_t* scales;
+  int64_t scale_stride;
+  float* amax;
+  uint32_t index;  // 0 rowwise, 1 columnwise (the Philox counter's copy bit)
+};
+
+/*! Quantizes one copy c (rows, cols), row-major: steps 1–5, 7 and 9 of §7. */
+template <typename T>
+void nvfp4_copy(const T* c, int64_t rows, int64_t cols, bool two_d, const SrState* sr, const Nvfp4Copy& out) {
+  const float global_amax = tensor_amax(c, rows * cols);
+  const float s_enc = numerics::nvfp4_global_encode_scale(global_amax);
+  const float s_dec = 1.0f / s_enc;
+  const float factor = numerics::nvfp4_block_scale_factor(s_enc);
+  const int64_t blocks = cols / kFP4Block;
+  std::fill(out.scales, out.scales + round_up(rows, 128) * out.scale_stride, uint8_t{0});
+  // Block scales: per 1x16 block, or per 16x16 tile written to each of its 16 rows.
+  const int64_t scale_rows = two_d ? kFP4Block : 1;
+  parallel_for(rows / scale_rows, rows * cols, [&](int64_t begin, int64_t end) {
+    for (int64_t rt = begin; rt < end; ++rt) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        float amax = 0.0f;
+        for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r)
+          amax = numerics::amax_update(amax, block_amax(c + r * cols + b * kFP4Block, kFP4Block));
+        const uint8_t code = numerics::nvfp4_block_scale_code(amax, factor);
+        for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r) out.scales[r * out.scale_stride + b] = code;
+      }
+    }
+  });
+  parallel_for(rows, rows * cols, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float m = numerics::nvfp4_encode_multiplier(out.scales[r * out.scale_stride + b], s_dec);
+        const T* block = c + r * cols + b * kFP4Block;
+        // Element index i = r*cols + b*16 + j: group g = i/16 is this block, byte j.
+        numerics::Philox4x32 random{};
+        if (sr) random = numerics::sr_random_block(static_cast<uint64_t>(r * blocks + b), out.index, sr->seed, sr->offset);
+        uint8_t codes[kFP4Block];
+        for (int j = 0; j < kFP4Block; ++j) {
+          const float v = to_float(block[j]) * m;
+          codes[j] = sr ? numerics::float_to_e2m1_stochastic(v, numerics::sr_random_byte(random, j))
+                        : numerics::float_to_e2m1(v);
+        }
+        uint8_t* packed = out.data + (r * cols + b * kFP4Block) / 2;
+        for (int j = 0; j < kFP4Block; j += 2) packed[j / 2] = numerics::pack_e2m1(codes[j], codes[j + 1]);
+      }
+    }
+  });
+  *out.amax = global_amax;
+}
+
+/*! The columnwise operand xᵀ (K, R) in fp32; with the RHT, transformed along R in chunks of 16
+ *  (each output rounded to bf16). */
+template <typename T>
+std::vector<float> nvfp4_columnwise_operand(const T* x, int64_t R, int64_t K, bool rht) {
+  std::vector<float> xt(static_cast<size_t>(R * K));
+  parallel_for(R / numerics::kRHTSize, R * K, [&](int64_t begin, int64_t end) {
+    for (int64_t r0 = begin * numerics::kRHTSize; r0 < end * numerics::kRHTSize; r0 += numerics::kRHTSize) {
+      for (int64_t k = 0; k < K; ++k) {  // the chunk's 16 input rows stay in cache
+        float chunk[numerics::kRHTSize];
+        for (int j = 0; j < numerics::kRHTSize; ++j) chunk[j] = to_float(x[(r0 + j) * K + k]);
+        float* out = xt.data() + k * R + r0;
+        if (rht) numerics::rht_chunk(chunk, out);
+        else std::copy(chunk, chunk + numerics::kRHTSize, out);
+      }
+    }
+  });
+  return xt;
+}
+
+template <typename T>
+void nvfp4(const QuantizeArgs& a, const T* x) {
+  const TweQuantizedTensor& t = *a.output;
+  SrState state{};
+  const SrState* sr = nullptr;
+  if (a.params.stochastic_rounding) {
+    state = SrState{rng_word(*a.rng, 0), rng_word(*a.rng, 1)};
+    sr = &state;
+  }
+  const bool two_d = a.params.two_d != 0;
+  auto copy = [](const TweTensorView& data, const TweTensorView& scales, const TweTensorView& amax, uint32_t index) {
+    return Nvfp4Copy{static_cast<uint8_t*>(data.data), static_cast<uint8_t*>(scales.data),
+                     scales.shape[scales.ndim - 1], static_cast<float*>(amax.data), index};
+  };
+  if (present(&t.rowwise_data)) {
+    nvfp4_copy(x, a.rows, a.cols, two_d, sr, copy(t.rowwise_data, t.rowwise_scale_inv, t.amax, 0));
+  }
+  if (present(&t.columnwise_data)) {
+    const std::vector<float> xt = nvfp4_columnwise_operand(x, a.rows, a.cols, a.params.with_rht != 0);
+    nvfp4_copy(xt.data(), a.cols, a.rows, two_d, sr, copy(t.columnwise_data, t.columnwise_scale_inv, t.columnwise_amax, 1));
+  }
+}
+
 // ---- Dequantize ---------------------------------------------------------------------------
 
-template <FP8Format F, typename Out>
-void dequantize_fp8_typed(const DequantizeArgs& a) {
-  const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
-  const float scale_inv = *static_cast<const float*>(a.scale_inv->data);
+/*! out[r, k] = Out(decode(r, k)) over the (R, K) output, rows split over threads. */
+template <typename Out, typename Decode>
+void dequantize_rows(const DequantizeArgs& a, Decode decode) {
   Out* out = static_cast<Out*>(a.output->data);
   const int64_t R = a.rows, K = a.cols;
   parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
     for (int64_t r = row_begin; r < row_end; ++r)
-      for (int64_t k = 0; k < K; ++k) {
-        const uint8_t code = a.columnwise ? q[k * R + r] : q[r * K + k];
-        out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(code) * scale_inv);
-      }
+      for (int64_t k = 0; k < K; ++k) out[r * K + k] = FromFloat<Out>::apply(decode(r, k));
+  });
+}
+
+/*! The FP8 code of logical element (r, k), stored (R, K) or, when `transposed`, (K, R). */
+inline uint8_t fp8_code(const DequantizeArgs& a, int64_t r, int64_t k, bool transposed) {
+  const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
+  return transposed ? q[k * a.rows + r] : q[r * a.cols + k];
+}
+
+template <FP8Format F, typename Out>
+void dequantize_fp8_typed(const DequantizeArgs& a) {
+  const float scale_inv = *static_cast<const float*>(a.scale_inv->data);
+  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
+    return numerics::fp8_to_float<F>(fp8_code(a, r, k, a.columnwise)) * scale_inv;
   });
 }
 
 template <FP8Format F, typename Out>
 void dequantize_mxfp8_typed(const DequantizeArgs& a) {
+  const uint8_t* scales = static_cast<const uint8_t*>(a.scale_inv->data);
+  const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
+  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
+    const uint8_t e = a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32];
+    // MXFP8 keeps its columnwise copy in the (R, K) layout.
+    return numerics::fp8_to_float<F>(fp8_code(a, r, k, false)) * numerics::e8m0_to_float(e);
+  });
+}
+
+template <FP8Format F, typename Out>
+void dequantize_fp8_block_typed(const DequantizeArgs& a) {
+  const float* scales = static_cast<const float*>(a.scale_inv->data);
+  const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
+  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
+    const int64_t rb = r / kFP8Block, kb = k / kFP8Block;
+    float s;
+    if (a.two_d) s = a.columnwise ? scales[kb * stride + rb] : scales[rb * stride + kb];
+    else s = a.columnwise ? scales[rb * stride + k] : scales[kb * stride + r];
+    return numerics::fp8_to_float<F>(fp8_code(a, r, k, a.columnwise)) * s;
+  });
+}
+
+template <typename Out>
+void dequantize_nvfp4_typed(const DequantizeArgs& a) {
   const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
   const uint8_t* scales = static_cast<const uint8_t*>(a.scale_inv->data);
   const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
+  const float global_amax = *static_cast<const float*>(a.amax->data);
   Out* out = static_cast<Out*>(a.output->data);
   const int64_t R = a.rows, K = a.cols;
-  parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t r = row_begin; r < row_end; ++r)
-      for (int64_t k = 0; k < K; ++k) {
-        const uint8_t e = a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32];
-        out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(q[r * K + k]) * numerics::e8m0_to_float(e));
+  // The stored copy has `rows` rows of `cols` elements: (R, K), or (K, R) when columnwise.
+  const int64_t rows = a.columnwise ? K : R, cols = a.columnwise ? R : K;
+  parallel_for(rows, R * K, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t i = row_begin; i < row_end; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const uint8_t byte = q[(i * cols + j) / 2];
+        const uint8_t code = (j & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xFu);
+        const float m = numerics::nvfp4_decode_multiplier(scales[i * stride + j / kFP4Block], global_amax);
+        const float v = numerics::e2m1_to_float(code) * m;
+        out[a.columnwise ? j * K + i : i * K + j] = FromFloat<Out>::apply(v);
       }
   });
 }
@@ -208,6 +464,8 @@ template <FP8Format F, typename Out>
 struct DequantizeFp8 { static void run(const DequantizeArgs& a) { dequantize_fp8_typed<F, Out>(a); } };
 template <FP8Format F, typename Out>
 struct DequantizeMxfp8 { static void run(const DequantizeArgs& a) { dequantize_mxfp8_typed<F, Out>(a); } };
+template <FP8Format F, typename Out>
+struct DequantizeFp8Block { static void run(const DequantizeArgs& a) { dequantize_fp8_block_typed<F, Out>(a); } };
 
 }  // namespace
 
@@ -248,9 +506,40 @@ TweStatus quantize_mxfp8(const QuantizeArgs& a) {
   });
 }
 
+TweStatus quantize_fp8_block(const QuantizeArgs& a) {
+  ScopedIeeeSubnormals ieee;
+  const float inf_value = dtype_max(a.input->dtype);
+  return dispatch_high_precision(a.input->dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = static_cast<const T*>(a.input->data);
+    if (a.params.format == kTweE5M2) fp8_block<FP8Format::kE5M2>(a, x, inf_value);
+    else fp8_block<FP8Format::kE4M3>(a, x, inf_value);
+    return kTweSuccess;
+  });
+}
+
+TweStatus quantize_nvfp4(const QuantizeArgs& a) {
+  ScopedIeeeSubnormals ieee;
+  return dispatch_high_precision(a.input->dtype, [&](auto tag) {
+    using T = decltype(tag);
+    nvfp4(a, static_cast<const T*>(a.input->data));
+    return kTweSuccess;
+  });
+}
+
 TweStatus dequantize_fp8(const DequantizeArgs& a) { return dispatch_dequantize<DequantizeFp8>(a); }
 
 TweStatus dequantize_mxfp8(const DequantizeArgs& a) { return dispatch_dequantize<DequantizeMxfp8>(a); }
+
+TweStatus dequantize_fp8_block(const DequantizeArgs& a) { return dispatch_dequantize<DequantizeFp8Block>(a); }
+
+TweStatus dequantize_nvfp4(const DequantizeArgs& a) {
+  ScopedIeeeSubnormals ieee;
+  return dispatch_high_precision(a.output->dtype, [&](auto out_tag) {
+    dequantize_nvfp4_typed<decltype(out_tag)>(a);
+    return kTweSuccess;
+  });
+}
 
 TweStatus update_delayed_scaling(const DelayedUpdateArgs& a) {
   ScopedIeeeSubnormals ieee;

@@ -11,6 +11,7 @@ namespace twe {
 struct QuantizeArgs {
   const TweTensorView* input;
   const TweTensorView* scale;  // delayed scaling only
+  const TweTensorView* rng;    // NVFP4 stochastic rounding only
   TweQuantizedTensor* output;
   TweQuantizeParams params;
   int64_t rows;
@@ -22,8 +23,10 @@ struct QuantizeArgs {
 struct DequantizeArgs {
   const TweTensorView* data;
   const TweTensorView* scale_inv;
+  const TweTensorView* amax;  // NVFP4 only
   TweTensorView* output;
   bool columnwise;
+  bool two_d;  // FP8 block only
   int64_t rows;
   int64_t cols;
   void* stream;
@@ -45,8 +48,12 @@ struct DelayedUpdateArgs {
   TweStatus quantize_fp8_current(const QuantizeArgs& args);      \
   TweStatus quantize_fp8_delayed(const QuantizeArgs& args);      \
   TweStatus quantize_mxfp8(const QuantizeArgs& args);            \
+  TweStatus quantize_fp8_block(const QuantizeArgs& args);        \
+  TweStatus quantize_nvfp4(const QuantizeArgs& args);            \
   TweStatus dequantize_fp8(const DequantizeArgs& args);          \
   TweStatus dequantize_mxfp8(const DequantizeArgs& args);        \
+  TweStatus dequantize_fp8_block(const DequantizeArgs& args);    \
+  TweStatus dequantize_nvfp4(const DequantizeArgs& args);        \
   TweStatus update_delayed_scaling(const DelayedUpdateArgs& args); \
   }
 

@@ -98,9 +98,11 @@ def test_moe_permute_mask_default_size_under_jit_raises():
 
 
 @pytest.mark.parametrize("quantizer", [te.Float8CurrentScalingQuantizer("e4m3", columnwise=False),
-                                       te.MXFP8Quantizer("e5m2", columnwise=False)], ids=lambda q: q.scaling_mode)
+                                       te.MXFP8Quantizer("e5m2", columnwise=False),
+                                       te.Float8BlockQuantizer("e4m3", columnwise=False),
+                                       te.NVFP4Quantizer(columnwise=False)], ids=lambda q: q.scaling_mode)
 def test_moe_permute_quantized_jit_matches_permuted_dequantized(quantizer):
-    case = make_case(21, 64, 8, 2, 64, "bfloat16", "mask", drop=True)
+    case = make_case(21, 128, 8, 2, 128, "bfloat16", "mask", drop=True)
     n_out = case.resolved_num_out
 
     @jax.jit

@@ -109,13 +109,26 @@ QUANTIZERS = [
     te.Float8DelayedScalingQuantizer("e5m2", columnwise=False),
     te.MXFP8Quantizer("e4m3", columnwise=False),
     te.MXFP8Quantizer("e5m2", columnwise=False),
+    te.Float8BlockQuantizer("e4m3", columnwise=False),
+    te.NVFP4Quantizer(columnwise=False, with_rht=True),
 ]
 
 
+def _scale_padding(qt, n_out):
+    """The rowwise scales of rows >= n_out (padding), for formats with per-row scales."""
+    scales = from_torch(qt.rowwise_scale_inv)
+    if qt.quantizer.scaling_mode == "fp8_block":  # (K/128, roundup(R, 4)), R-minor
+        assert scales.shape == (qt.shape[1] // 128, -(-n_out // 4) * 4)
+        return scales[:, n_out:]
+    assert scales.shape[0] == -(-n_out // 128) * 128
+    return scales[n_out:]
+
+
 @pytest.mark.parametrize("map_type", ["index", "mask"])
-@pytest.mark.parametrize("quantizer", QUANTIZERS, ids=lambda q: f"{q.scaling_mode}-{q.fp8_dtype}")
+@pytest.mark.parametrize("quantizer", QUANTIZERS, ids=lambda q: f"{q.scaling_mode}-{getattr(q, 'fp8_dtype', 'e2m1')}")
 def test_moe_permute_quantized_matches_permuted_dequantized(quantizer, map_type):
-    case = make_case(21, 64, 8, 2, 64, "bfloat16", map_type, drop=True)  # 128 pairs, 85 kept
+    hidden = 128 if quantizer.scaling_mode == "fp8_block" else 64
+    case = make_case(21, 128, 8, 2, hidden, "bfloat16", map_type, drop=True)  # 256 pairs, 170 kept
     x = to_torch(case.x)
     kwargs = {"scale": torch.tensor([0.75])} if quantizer.scaling_mode == "fp8_delayed" else {}
     qt = tep.quantize(x, quantizer, **kwargs)
@@ -123,7 +136,7 @@ def test_moe_permute_quantized_matches_permuted_dequantized(quantizer, map_type)
     out, permuted_probs, row_id_map = tep.moe_permute_with_probs(qt, probs, torch.from_numpy(case.routing_map),
                                                                  case.num_out_tokens, map_type=map_type)
     n_out = case.resolved_num_out
-    assert isinstance(out, te.QuantizedTensor) and out.shape == (n_out, 64) and out.quantizer == quantizer
+    assert isinstance(out, te.QuantizedTensor) and out.shape == (n_out, hidden) and out.quantizer == quantizer
     expected_map = case.expected_row_id_map()
     assert_bytes_equal(from_torch(row_id_map), expected_map, "row_id_map")
     dequantized = from_torch(tep.dequantize(qt, torch.float32))
@@ -132,12 +145,10 @@ def test_moe_permute_quantized_matches_permuted_dequantized(quantizer, map_type)
     assert_bytes_equal(from_torch(permuted_probs), exp_pp, "permuted_probs")
     data, _ = ref.permute_ref(from_torch(qt.rowwise_data).view(np.uint8), expected_map, map_type, n_out)
     assert_bytes_equal(from_torch(out.rowwise_data).view(np.uint8), data, "rowwise_data")
-    if quantizer.scaling_mode == "mxfp8":
-        scales = from_torch(out.rowwise_scale_inv)
-        assert scales.shape == (128, 4)  # roundup(n_out, 128) rows, padding zero
-        assert not scales[n_out:].any()
-    else:
+    if quantizer.scaling_mode in ("fp8_current", "fp8_delayed"):
         assert out.rowwise_scale_inv is qt.rowwise_scale_inv
+    else:
+        assert not _scale_padding(out, n_out).any()
 
 
 def test_moe_sort_chunks_by_index_matches_reference():

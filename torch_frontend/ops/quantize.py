@@ -69,7 +69,11 @@ def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | Non
     """Quantizes `x` as `quantizer` describes.
 
     Shapes: x any rank >= 1, flattened to (R, K); output layouts per NUMERICS.md §4–§7.
-    Dtypes: x float32 / bfloat16 / float16; scale (delayed scaling) float32 (1,).
+    Dtypes: x float32 / bfloat16 / float16 (bfloat16 for NVFP4 with_rht and columnwise usage);
+        scale (delayed scaling) float32 (1,); rng (NVFP4 stochastic rounding only) the
+        [seed, offset] array of shape (2,), uint32 / int32 / int64, low 32 bits used
+        (``twinengine.ops.quantize.RNG_DTYPES``): the same state gives the same bytes in both
+        frontends, and a new value is a new input, not a recompile.
     Numerics: bit for bit NUMERICS.md (saturating casts, NaN-skipping amax); identical bytes
         to ``twinengine.jax.quantize`` for the same input.
     Raises:

@@ -3,8 +3,9 @@
  *
  *  Every function is `TWE_HOST_DEVICE inline`: the CPU kernels (C++17) and the CUDA kernels
  *  include this header, so both produce identical bytes. Element casts, scale-from-amax,
- *  E8M0 / E4M3 scale encoding, bf16 / fp16 conversions live here; later families add the
- *  RHT and stochastic rounding. Kernels hold only loops and memory movement.
+ *  E8M0 / E4M3 scale encoding, bf16 / fp16 conversions, the E2M1 (FP4) cast, NVFP4 scale
+ *  math, the 16-point random Hadamard transform, Philox4x32-10 and stochastic rounding live
+ *  here. Kernels hold only loops and memory movement.
  *
  *  All arithmetic is IEEE fp32 round-to-nearest. Callers compile with
  *  `-ffp-contract=off` (host) / `--fmad=false` (device); the functions are also written so
@@ -15,11 +16,12 @@
 
 #include <stdint.h>
 
+#include <cmath>
+#include <cstring>  // host side of float_to_bits / bits_to_float, also under nvcc
+
 #if defined(__CUDACC__)
 #define TWE_HOST_DEVICE __host__ __device__ __forceinline__
 #else
-#include <cmath>
-#include <cstring>
 #define TWE_HOST_DEVICE inline
 #endif
 
@@ -276,6 +278,191 @@ TWE_HOST_DEVICE float e8m0_to_float(uint8_t e) {
   if (e == 255) return bits_to_float(0x7FC00000u);
   if (e == 0) return bits_to_float(0x00400000u);
   return bits_to_float(static_cast<uint32_t>(e) << 23);
+}
+
+// ---------------------------------------------------------------------------------------
+// E2M1 (FP4) element cast (NUMERICS.md §1, §7 steps 5 and 9)
+// ---------------------------------------------------------------------------------------
+
+/*! Sign bit of an E2M1 code (set for negative values and -0.0). */
+constexpr uint8_t kE2M1SignBit = 0x8;
+/*! E2M1 code of +6, also the code of NaN (FP4 has no NaN). */
+constexpr uint8_t kE2M1MaxCode = 0x7;
+
+/*! E2M1 code (0..7) of the largest grid value {0, .5, 1, 1.5, 2, 3, 4, 6} that is <= m
+ *  (m >= 0; +inf gives 7, the code of 6). */
+TWE_HOST_DEVICE uint8_t e2m1_floor_code(float m) {
+  return static_cast<uint8_t>((m >= 0.5f) + (m >= 1.0f) + (m >= 1.5f) + (m >= 2.0f) + (m >= 3.0f) + (m >= 4.0f) +
+                              (m >= 6.0f));
+}
+
+/*! Round-to-nearest-even cast of v to an E2M1 code: |v| > 6 (and ±inf) -> ±6, NaN -> +6
+ *  (0x7); the sign of zero is kept (-0.0 and negatives that round to 0 give 0x8). */
+TWE_HOST_DEVICE uint8_t float_to_e2m1(float v) {
+  if (is_nan(v)) return kE2M1MaxCode;
+  const uint8_t sign = (float_to_bits(v) >> 31) ? kE2M1SignBit : 0;
+  const float a = abs_value(v);
+  // Count the midpoints between grid values that a lies above; at a midpoint (a tie) the
+  // comparison is strict below an odd code and inclusive below an even one: ties to even.
+  const int code = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  return static_cast<uint8_t>(sign | code);
+}
+
+/*! Grid spacing of E2M1 at magnitude m (§7 step 9): 0.5 below 2, 1 in [2, 4), 2 from 4 on. */
+TWE_HOST_DEVICE float e2m1_step(float magnitude) {
+  const uint32_t exponent = 126u + (magnitude >= 2.0f) + (magnitude >= 4.0f);  // 2^-1, 2^0, 2^1
+  return bits_to_float(exponent << 23);
+}
+
+/*! Stochastic rounding of v to an E2M1 code with one random byte k (§7 step 9):
+ *  t = fl(|v| + (k/256)·step(|v|)) (the product is exact), q = min(floor(t/step(t))·step(t), 6)
+ *  with the sign restored, NaN -> +6. floor(t/step(t))·step(t) is the largest grid value <= t
+ *  for t < 8, and is >= 6 from t = 6 on, so q is the grid floor of t capped at 6. */
+TWE_HOST_DEVICE uint8_t float_to_e2m1_stochastic(float v, uint8_t random_byte) {
+  if (is_nan(v)) return kE2M1MaxCode;
+  const uint8_t sign = (float_to_bits(v) >> 31) ? kE2M1SignBit : 0;
+  const float a = abs_value(v);
+  const float u = static_cast<float>(random_byte) * 0.00390625f;  // k / 256, exact
+  const float increment = u * e2m1_step(a);                        // exact
+  const float t = a + increment;
+  return static_cast<uint8_t>(sign | e2m1_floor_code(t));
+}
+
+/*! Exact value of an E2M1 code (low 4 bits). */
+TWE_HOST_DEVICE float e2m1_to_float(uint8_t code) {
+  const uint8_t m = code & 0x7u;
+  const float magnitude = m < 4 ? static_cast<float>(m) * 0.5f : (m < 6 ? static_cast<float>(m) - 2.0f
+                                                                          : (m == 6 ? 4.0f : 6.0f));
+  return (code & kE2M1SignBit) ? -magnitude : magnitude;
+}
+
+/*! One byte holding two E2M1 codes: the even-index element in the low nibble. */
+TWE_HOST_DEVICE uint8_t pack_e2m1(uint8_t even, uint8_t odd) {
+  return static_cast<uint8_t>((even & 0xFu) | ((odd & 0xFu) << 4));
+}
+
+// ---------------------------------------------------------------------------------------
+// FP8 block scaling (NUMERICS.md §6)
+// ---------------------------------------------------------------------------------------
+
+/*! Block size of FP8 block scaling: 1×128 blocks, 128×128 tiles. */
+constexpr int kFP8BlockSize = 128;
+
+// ---------------------------------------------------------------------------------------
+// NVFP4 scales (NUMERICS.md §7 steps 2–4 and 6)
+// ---------------------------------------------------------------------------------------
+
+/*! Elements per NVFP4 block (1×16; 16×16 tiles in 2D mode). */
+constexpr int kNVFP4BlockSize = 16;
+/*! 6 · 448: E2M1 max times E4M3 max. */
+constexpr float kNVFP4GlobalMax = 2688.0f;
+
+/*! Global encode scale S_enc = min(2688 / A, FLT_MAX); 1 when A == 0 or S_enc == 0 (A = +inf). */
+TWE_HOST_DEVICE float nvfp4_global_encode_scale(float global_amax) {
+  if (global_amax == 0.0f) return 1.0f;
+  float s = kNVFP4GlobalMax / global_amax;
+  if (s > kFloatMax) s = kFloatMax;
+  return s == 0.0f ? 1.0f : s;
+}
+
+/*! fl(S_enc · fl(1/6)): the factor turning a block amax into its decode scale (formed first). */
+TWE_HOST_DEVICE float nvfp4_block_scale_factor(float s_enc) {
+  constexpr float kInvE2M1Max = 1.0f / kE2M1Max;
+  return s_enc * kInvE2M1Max;
+}
+
+/*! E4M3 code of the block decode scale d_b = RNE_sat_E4M3(fl(a_b · factor)). */
+TWE_HOST_DEVICE uint8_t nvfp4_block_scale_code(float block_amax, float factor) {
+  return float_to_fp8<FP8Format::kE4M3>(block_amax * factor);
+}
+
+/*! Encode multiplier m_b = min(1 / fl(float(d_b) · S_dec), FLT_MAX); d_b = 0 gives FLT_MAX. */
+TWE_HOST_DEVICE float nvfp4_encode_multiplier(uint8_t scale_code, float s_dec) {
+  const float denominator = fp8_to_float<FP8Format::kE4M3>(scale_code) * s_dec;
+  const float m = 1.0f / denominator;
+  return m > kFloatMax ? kFloatMax : m;
+}
+
+/*! Decode multiplier fl(fl(float(d_b) · A) · fl(1/2688)) of a block (§7 step 6). */
+TWE_HOST_DEVICE float nvfp4_decode_multiplier(uint8_t scale_code, float global_amax) {
+  constexpr float kInvGlobalMax = 1.0f / kNVFP4GlobalMax;
+  const float scaled = fp8_to_float<FP8Format::kE4M3>(scale_code) * global_amax;
+  return scaled * kInvGlobalMax;
+}
+
+// ---------------------------------------------------------------------------------------
+// Random Hadamard transform (NUMERICS.md §7 step 8)
+// ---------------------------------------------------------------------------------------
+
+/*! Points of the RHT. */
+constexpr int kRHTSize = 16;
+/*! Bit i set <=> sign_i = -1. */
+constexpr uint32_t kRHTSignMask = 0xD7E8u;
+
+/*! Entry H[j][i] of H = (1/4)·diag(sign)·H16: ±0.25, with H16[j][i] = (-1)^popcount(i & j). */
+TWE_HOST_DEVICE float rht_entry(int j, int i) {
+  uint32_t parity = static_cast<uint32_t>(i & j);
+  parity ^= parity >> 2;
+  parity ^= parity >> 1;
+  parity = (parity & 1u) ^ ((kRHTSignMask >> j) & 1u);
+  return parity ? -0.25f : 0.25f;
+}
+
+/*! Output i of the RHT of one 16-element chunk x (x' = x·H): the exact products x_j·H[j][i]
+ *  summed in index order j = 0..15 (acc = p_0; acc = fl(acc + p_j)), then rounded to bf16
+ *  (RNE, subnormals kept) and returned widened to fp32. */
+TWE_HOST_DEVICE float rht_output(const float* x, int i) {
+  float acc = x[0] * rht_entry(0, i);
+  for (int j = 1; j < kRHTSize; ++j) {
+    const float product = x[j] * rht_entry(j, i);  // exact: times ±2^-2
+    acc = acc + product;
+  }
+  return bf16_to_float(float_to_bf16(acc));
+}
+
+/*! All 16 outputs y[i] = rht_output(x, i) of one chunk. */
+TWE_HOST_DEVICE void rht_chunk(const float* x, float* y) {
+  for (int i = 0; i < kRHTSize; ++i) y[i] = rht_output(x, i);
+}
+
+// ---------------------------------------------------------------------------------------
+// Philox4x32-10 and the stochastic-rounding random bytes (NUMERICS.md §7 step 9)
+// ---------------------------------------------------------------------------------------
+
+/*! Four 32-bit words: a Philox counter or output block. */
+struct Philox4x32 {
+  uint32_t x[4];
+};
+
+/*! Random123 Philox4x32-10 of `counter` under key (k0, k1). */
+TWE_HOST_DEVICE Philox4x32 philox4x32_10(Philox4x32 c, uint32_t k0, uint32_t k1) {
+  constexpr uint64_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += kW0;
+      k1 += kW1;
+    }
+    const uint64_t p0 = kM0 * c.x[0];
+    const uint64_t p1 = kM1 * c.x[2];
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    c = Philox4x32{{hi1 ^ c.x[1] ^ k0, lo1, hi0 ^ c.x[3] ^ k1, lo0}};
+  }
+  return c;
+}
+
+/*! The 16 random bytes of element group g = floor(i/16) of quantized copy `copy`
+ *  (0 rowwise, 1 columnwise): Philox4x32-10 of counter (g mod 2^32, (floor(g/2^32) << 1) | copy,
+ *  offset, 0) under key (seed, 0). Element i uses byte i mod 16 (sr_random_byte). */
+TWE_HOST_DEVICE Philox4x32 sr_random_block(uint64_t group, uint32_t copy, uint32_t seed, uint32_t offset) {
+  const Philox4x32 counter{{static_cast<uint32_t>(group), static_cast<uint32_t>((group >> 32) << 1) | copy, offset, 0u}};
+  return philox4x32_10(counter, seed, 0u);
+}
+
+/*! Byte b (0..15) of a Philox output read as 16 little-endian bytes. */
+TWE_HOST_DEVICE uint8_t sr_random_byte(const Philox4x32& words, int b) {
+  return static_cast<uint8_t>((words.x[b >> 2] >> (8 * (b & 3))) & 0xFFu);
 }
 
 // ---------------------------------------------------------------------------------------

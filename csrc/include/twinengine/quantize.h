@@ -1,9 +1,12 @@
 /*! \file quantize.h
- *  \brief Quantize / dequantize and the delayed-scaling update (NUMERICS.md §1–§5).
+ *  \brief Quantize / dequantize and the delayed-scaling update (NUMERICS.md §1–§7).
  *
  *  Supported formats:
  *  - per-tensor FP8 (E4M3, E5M2), current scaling and delayed scaling (§3, §4);
- *  - MXFP8: 1×32 blocks with E8M0 scales, 1D and 32×32 2D (§5).
+ *  - MXFP8: 1×32 blocks with E8M0 scales, 1D and 32×32 2D (§5);
+ *  - FP8 block scaling: 1×128 blocks or 128×128 tiles with fp32 scales (§6);
+ *  - NVFP4: E2M1 data, E4M3 scales per 1×16 block (or 16×16 tile), fp32 global amax, optional
+ *    16-point RHT on the columnwise copy and stochastic rounding (§7).
  *
  *  Inputs are fp32, bf16 or fp16, contiguous, viewed as 2-D (R, K) with K the last
  *  dimension. A TweQuantizedTensor member whose `data` is NULL is not produced.
@@ -39,7 +42,9 @@ typedef struct {
   TweFP8Format format;       /*!< element format of FP8 data */
   float amax_epsilon;        /*!< lower bound on the amax (§2 step 1) */
   int32_t force_pow2_scales; /*!< truncate scales to powers of two (§2 step 5) */
-  int32_t two_d;             /*!< MXFP8: 32×32 tiles share one exponent */
+  int32_t two_d;             /*!< 2D tiles: MXFP8 32×32, FP8 block 128×128, NVFP4 16×16 */
+  int32_t with_rht;          /*!< NVFP4: RHT on the columnwise copy (bf16 input) */
+  int32_t stochastic_rounding; /*!< NVFP4: stochastic rounding from the rng state */
 } TweQuantizeParams;
 
 /*! \brief Per-tensor current scaling (§4): amax pass, scale from amax (§2), cast.
@@ -76,6 +81,40 @@ TweStatus twe_quantize_fp8_delayed(const TweTensorView* input, const TweTensorVi
 TweStatus twe_quantize_mxfp8(const TweTensorView* input, TweQuantizedTensor* output,
                              const TweQuantizeParams* params, void* stream);
 
+/*! \brief FP8 block scaling (§6): 1×128 blocks (two_d = 0) or 128×128 tiles (two_d = 1).
+ *  Block scales follow §2 with pow2 = force_pow2_scales, ε = amax_epsilon and inf_value the
+ *  largest finite value of the input dtype.
+ *  \param[in]     input   fp32/bf16/fp16 (R, K), R and K multiples of 128.
+ *  \param[in,out] output  rowwise_data (R, K) FP8 + rowwise_scale_inv fp32, 1D
+ *                         (K/128, roundup(R,4)) [kb][r], 2D (R/128, roundup(K/128,4)) [rb][kb];
+ *                         columnwise_data (K, R) FP8 (1D: 1×128 blocks of the transpose; 2D:
+ *                         the transposed rowwise bytes) + columnwise_scale_inv fp32, 1D
+ *                         (R/128, roundup(K,4)) [rb][k], 2D (K/128, roundup(R/128,4)) [kb][rb].
+ *                         Scale padding is written as 0.
+ *  \param[in]     params  format, amax_epsilon, force_pow2_scales, two_d.
+ *  \param[in]     stream  cudaStream_t for CUDA views.
+ */
+TweStatus twe_quantize_fp8_block(const TweTensorView* input, TweQuantizedTensor* output,
+                                 const TweQuantizeParams* params, void* stream);
+
+/*! \brief NVFP4 (§7): per copy a global amax A, E4M3 block decode scales, E2M1 data packed two
+ *  per byte (even index in the low nibble).
+ *  \param[in]     input   fp32/bf16/fp16 (R, K), R and K multiples of 16; bf16 when with_rht
+ *                         and columnwise_data is requested.
+ *  \param[in]     rng     the [seed, offset] state, shape (2,), dtype uint32, int32 or int64
+ *                         (the low 32 bits of each element are used); required iff
+ *                         stochastic_rounding, else NULL or absent.
+ *  \param[in,out] output  rowwise_data uint8 (R, K/2) + rowwise_scale_inv uint8 E4M3 codes
+ *                         (roundup(R,128), roundup(K/16,4)) + amax fp32 (1,);
+ *                         columnwise_data uint8 (K, R/2) (the transpose, RHT'd when with_rht) +
+ *                         columnwise_scale_inv uint8 (roundup(K,128), roundup(R/16,4)) +
+ *                         columnwise_amax fp32 (1,). Scale padding is written as 0.
+ *  \param[in]     params  two_d, with_rht, stochastic_rounding.
+ *  \param[in]     stream  cudaStream_t for CUDA views.
+ */
+TweStatus twe_quantize_nvfp4(const TweTensorView* input, const TweTensorView* rng, TweQuantizedTensor* output,
+                             const TweQuantizeParams* params, void* stream);
+
 /*! \brief Dequantize per-tensor FP8 data: x̂ = fl(q · s_inv), rounded to the output dtype.
  *  \param[in]  data       FP8 (R, K), or (K, R) when `columnwise`.
  *  \param[in]  scale_inv  fp32 (1,).
@@ -95,6 +134,30 @@ TweStatus twe_dequantize_fp8(const TweTensorView* data, const TweTensorView* sca
  */
 TweStatus twe_dequantize_mxfp8(const TweTensorView* data, const TweTensorView* scale_inv,
                                TweTensorView* output, int32_t columnwise, void* stream);
+
+/*! \brief Dequantize FP8 block-scaled data: x̂ = fl(q · s_inv_b), rounded to the output dtype.
+ *  \param[in]  data       FP8 (R, K), or the transposed (K, R) when `columnwise`.
+ *  \param[in]  scale_inv  fp32 in the layout twe_quantize_fp8_block writes for that copy.
+ *  \param[out] output     fp32/bf16/fp16 (R, K), R and K multiples of 128.
+ *  \param[in]  columnwise 1 for the columnwise copy (transposed back to (R, K)).
+ *  \param[in]  two_d      1 for 128×128 tiles, 0 for 1×128 blocks.
+ *  \param[in]  stream     cudaStream_t for CUDA views.
+ */
+TweStatus twe_dequantize_fp8_block(const TweTensorView* data, const TweTensorView* scale_inv,
+                                   TweTensorView* output, int32_t columnwise, int32_t two_d, void* stream);
+
+/*! \brief Dequantize NVFP4 data: x̂ = fl(q · fl(fl(float(d_b) · A) · fl(1/2688))) (§7 step 6),
+ *  rounded to the output dtype. A columnwise copy made with the RHT gives the transformed values.
+ *  \param[in]  data       uint8 packed E2M1, (R, K/2), or (K, R/2) when `columnwise`.
+ *  \param[in]  scale_inv  uint8 E4M3 codes in that copy's padded layout.
+ *  \param[in]  amax       fp32 (1,): the global amax A of that copy.
+ *  \param[out] output     fp32/bf16/fp16 (R, K), R and K multiples of 16.
+ *  \param[in]  columnwise 1 for the columnwise copy (transposed back to (R, K)).
+ *  \param[in]  stream     cudaStream_t for CUDA views.
+ */
+TweStatus twe_dequantize_nvfp4(const TweTensorView* data, const TweTensorView* scale_inv,
+                               const TweTensorView* amax, TweTensorView* output, int32_t columnwise,
+                               void* stream);
 
 /*! \brief Delayed-scaling algorithm for the amax history reduction. */
 typedef enum {
