@@ -41,6 +41,12 @@ class RoutingCase:
         return ref.row_id_map_mask_ref(self.mask, self.resolved_num_out)
 
 
+def random_array(shape, dtype: str, seed: int) -> np.ndarray:
+    """Standard-normal values of `dtype` (gradients, unpermute inputs)."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(shape).astype(np.float32).astype(NUMPY_DTYPES[dtype])
+
+
 def make_case(seed: int, T: int, E: int, topK: int, H: int, dtype: str, map_type: str, drop: bool = False,
               probs_dtype: str = "float32", skew: bool = False) -> RoutingCase:
     """Random distinct experts per token (``skew`` routes mostly to low experts, leaving high

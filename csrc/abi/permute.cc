@@ -8,32 +8,6 @@ namespace {
 
 constexpr int64_t kMaxRows = (int64_t{1} << 31) - 1;  // row ids are int32
 
-template <typename CpuFn, typename CudaFn>
-TweStatus run_on_device(TweDevice device, const PermuteArgs& args, CpuFn cpu_fn, CudaFn cuda_fn) {
-  if (device == kTweCPU) return cpu_fn(args);
-#ifdef TWE_WITH_CUDA
-  return cuda_fn(args);
-#else
-  (void)cuda_fn;
-  return fail(kTweUnsupported, "twinengine was built without CUDA kernels; CUDA tensors are not supported");
-#endif
-}
-
-#ifdef TWE_WITH_CUDA
-#define TWE_DEVICE_FNS(name) cpu::name, cuda::name
-#else
-#define TWE_DEVICE_FNS(name) cpu::name, nullptr
-#endif
-
-int64_t element_size(TweDType d) {
-  switch (d) {
-    case kTweFloat32: case kTweInt32: case kTweUInt32: return 4;
-    case kTweBFloat16: case kTweFloat16: return 2;
-    case kTweInt64: return 8;
-    default: return 1;
-  }
-}
-
 TweStatus check_params(const TwePermuteParams* p, TweMapType expect) {
   if (!p) return fail(kTweInvalidArgument, "params must not be NULL");
   if (p->map_type != expect && expect != static_cast<TweMapType>(-1)) {

@@ -8,23 +8,6 @@ namespace {
 
 TweDType fp8_dtype(TweFP8Format format) { return format == kTweE5M2 ? kTweFloat8E5M2 : kTweFloat8E4M3; }
 
-template <typename Args, typename CpuFn, typename CudaFn>
-TweStatus run_on_device(TweDevice device, const Args& args, CpuFn cpu_fn, CudaFn cuda_fn) {
-  if (device == kTweCPU) return cpu_fn(args);
-#ifdef TWE_WITH_CUDA
-  return cuda_fn(args);
-#else
-  (void)cuda_fn;
-  return fail(kTweUnsupported, "twinengine was built without CUDA kernels; CUDA tensors are not supported");
-#endif
-}
-
-#ifdef TWE_WITH_CUDA
-#define TWE_DEVICE_FNS(name) cpu::name, cuda::name
-#else
-#define TWE_DEVICE_FNS(name) cpu::name, nullptr
-#endif
-
 TweStatus check_input(const TweTensorView* input) {
   if (!present(input)) return fail(kTweInvalidArgument, "input is missing");
   if (!is_high_precision(input->dtype)) {

@@ -30,8 +30,6 @@ TweStatus memset_async(void* data, size_t bytes, cudaStream_t stream) {
   return kTweSuccess;
 }
 
-int64_t element_bytes(TweDType d) { return d == kTweFloat32 ? 4 : 2; }
-
 // ---- index map: merge sort of unique 64-bit keys -----------------------------------------------
 
 __global__ void make_keys_kernel(const int32_t* ids, int64_t n, uint64_t* keys) {
@@ -294,7 +292,7 @@ TweStatus permute_rows(const PermuteArgs& a) {
   TweStatus st = memset_async(a.out->data, static_cast<size_t>(a.out_rows * a.width), stream);
   if (st) return st;
   if (with_probs) {
-    st = memset_async(a.out_probs->data, static_cast<size_t>(a.params.num_out_tokens * element_bytes(a.probs->dtype)),
+    st = memset_async(a.out_probs->data, static_cast<size_t>(a.params.num_out_tokens * element_size(a.probs->dtype)),
                       stream);
     if (st) return st;
   }
@@ -322,7 +320,7 @@ TweStatus permute_rows_backward(const PermuteArgs& a) {
   if (st || !present(a.probs)) return st;
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   const int64_t pairs = a.params.num_tokens * a.params.num_slots;
-  st = memset_async(a.out_probs->data, static_cast<size_t>(pairs * element_bytes(a.probs->dtype)), stream);
+  st = memset_async(a.out_probs->data, static_cast<size_t>(pairs * element_size(a.probs->dtype)), stream);
   if (st || pairs == 0) return st;
   gather_probs_kernel<<<blocks_for(pairs), kThreads, 0, stream>>>(a.probs->data, a.out_probs->data, a.probs->dtype,
                                                                   row_id_map_of(a.row_id_map, a.params));
@@ -337,11 +335,11 @@ TweStatus permute_unpermute_backward(const PermuteArgs& a) {
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   const bool with_probs = present(a.probs);
   const int64_t pairs = a.params.num_tokens * a.params.num_slots;
-  TweStatus st = memset_async(a.out->data, static_cast<size_t>(a.out_rows * a.width * element_bytes(a.in->dtype)),
+  TweStatus st = memset_async(a.out->data, static_cast<size_t>(a.out_rows * a.width * element_size(a.in->dtype)),
                               stream);
   if (st) return st;
   if (with_probs) {
-    st = memset_async(a.out_probs->data, static_cast<size_t>(pairs * element_bytes(a.probs->dtype)), stream);
+    st = memset_async(a.out_probs->data, static_cast<size_t>(pairs * element_size(a.probs->dtype)), stream);
     if (st) return st;
   }
   if (pairs == 0 || a.width == 0) return kTweSuccess;

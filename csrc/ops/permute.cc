@@ -28,22 +28,17 @@ TweTensorView optional_output(OpCall& call, size_t i) {
   return i < call.inputs.size() ? call.take_output() : TweTensorView{};
 }
 
-// inputs: routing_map | outputs: row_id_map, workspace
-TweStatus permute_row_id_map_index(OpCall& call) {
-  TweTensorView map = call.take_output();
-  TweTensorView workspace = call.take_output();
-  call.expect_all_outputs_taken();
-  TwePermuteParams p = permute_params(*call.attrs);
-  return twe_permute_row_id_map_index(call.input(0), &map, &workspace, &p, call.stream);
-}
+using RowIdMapBuilder = TweStatus (*)(const TweTensorView*, TweTensorView*, TweTensorView*, const TwePermuteParams*,
+                                       void*);
 
 // inputs: routing_map | outputs: row_id_map, workspace
-TweStatus permute_row_id_map_mask(OpCall& call) {
+template <RowIdMapBuilder Build>
+TweStatus permute_row_id_map(OpCall& call) {
   TweTensorView map = call.take_output();
   TweTensorView workspace = call.take_output();
   call.expect_all_outputs_taken();
   TwePermuteParams p = permute_params(*call.attrs);
-  return twe_permute_row_id_map_mask(call.input(0), &map, &workspace, &p, call.stream);
+  return Build(call.input(0), &map, &workspace, &p, call.stream);
 }
 
 // inputs: split_sizes, sorted_index | outputs: row_id_map
@@ -96,8 +91,8 @@ TweStatus permute_unpermute_backward(OpCall& call) {
 
 }  // namespace
 
-TWE_REGISTER_OP(permute_row_id_map_index, permute_row_id_map_index);
-TWE_REGISTER_OP(permute_row_id_map_mask, permute_row_id_map_mask);
+TWE_REGISTER_OP(permute_row_id_map_index, permute_row_id_map<twe_permute_row_id_map_index>);
+TWE_REGISTER_OP(permute_row_id_map_mask, permute_row_id_map<twe_permute_row_id_map_mask>);
 TWE_REGISTER_OP(permute_chunk_map, permute_chunk_map);
 TWE_REGISTER_OP(permute_rows, permute_rows);
 TWE_REGISTER_OP(permute_rows_backward, permute_rows_backward);

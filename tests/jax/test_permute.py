@@ -8,16 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import NUMPY_DTYPES, assert_bytes_equal
-from permute_cases import CASES, build, case_id, make_case
+from permute_cases import CASES, build, case_id, make_case, random_array
 from reference import permute as ref
 
 import twinengine as te
 import twinengine.jax as tej
-
-
-def _grad_like(shape, dtype, seed):
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal(shape).astype(np.float32).astype(NUMPY_DTYPES[dtype])
 
 
 @pytest.mark.parametrize("with_probs", [False, True])
@@ -41,8 +36,8 @@ def test_moe_permute_jit_matches_reference(params, with_probs):
         (gx,) = vjp(grad_out)
         return out, None, row_id_map, gx, None
 
-    grad_out = _grad_like((n_out, case.x.shape[1]), params[4], 1)
-    grad_pp = _grad_like((n_out,), "float32", 2)
+    grad_out = random_array((n_out, case.x.shape[1]), params[4], 1)
+    grad_pp = random_array((n_out,), "float32", 2)
     out, pp, row_id_map, gx, gp = run(case.x, case.probs, case.routing_map, grad_out, grad_pp)
     expected_map = case.expected_row_id_map()
     assert_bytes_equal(np.asarray(row_id_map), expected_map, "row_id_map")
@@ -62,8 +57,8 @@ def test_moe_unpermute_grad_matches_reference(params, with_probs):
     case = build(params, seed=3)
     expected_map = case.expected_row_id_map()
     T, H = case.x.shape
-    y = _grad_like((case.resolved_num_out, H), params[4], 4)
-    grad_out = _grad_like((T, H), params[4], 5)
+    y = random_array((case.resolved_num_out, H), params[4], 4)
+    grad_out = random_array((T, H), params[4], 5)
     probs = case.probs if with_probs else None
     restore_shape = (T, H) if case.map_type == "index" and not with_probs else None
 
@@ -122,7 +117,7 @@ def test_moe_sort_chunks_by_index_jit_matches_reference():
     order = np.array([2, 4, 0, 3, 1], np.int32)
     x = rng.standard_normal((14, 8)).astype(np.float32).astype(NUMPY_DTYPES["bfloat16"])
     p = rng.random(14).astype(np.float32)
-    g, gp = _grad_like((14, 8), "bfloat16", 9), _grad_like((14,), "float32", 10)
+    g, gp = random_array((14, 8), "bfloat16", 9), random_array((14,), "float32", 10)
 
     @jax.jit
     def run(x, p, split, order):

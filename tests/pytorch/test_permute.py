@@ -7,16 +7,11 @@ import numpy as np
 import pytest
 import torch
 from helpers import NUMPY_DTYPES, assert_bytes_equal, from_torch, to_torch
-from permute_cases import CASES, build, case_id, make_case
+from permute_cases import CASES, build, case_id, make_case, random_array
 from reference import permute as ref
 
 import twinengine as te
 import twinengine.pytorch as tep
-
-
-def _grad_like(shape, dtype, seed):
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal(shape).astype(np.float32).astype(NUMPY_DTYPES[dtype])
 
 
 @pytest.mark.parametrize("with_probs", [False, True])
@@ -37,12 +32,12 @@ def test_moe_permute_matches_reference(params, with_probs):
     exp_out, exp_pp = ref.permute_ref(case.x, expected_map, case.map_type, n_out, case.probs if with_probs else None)
     assert_bytes_equal(from_torch(out), exp_out, "output")
 
-    grad_out = _grad_like(exp_out.shape, params[4], 1)
+    grad_out = random_array(exp_out.shape, params[4], 1)
     outputs, grads = [out], [to_torch(grad_out)]
     grad_pp = None
     if with_probs:
         assert_bytes_equal(from_torch(permuted_probs), exp_pp, "permuted_probs")
-        grad_pp = _grad_like((n_out,), "float32", 2)
+        grad_pp = random_array((n_out,), "float32", 2)
         outputs.append(permuted_probs)
         grads.append(to_torch(grad_pp))
     torch.autograd.backward(outputs, grads)
@@ -59,7 +54,7 @@ def test_moe_unpermute_matches_reference(params, with_probs):
     case = build(params, seed=3)
     expected_map = case.expected_row_id_map()
     T, H = case.x.shape
-    y_np = _grad_like((case.resolved_num_out, H), params[4], 4)
+    y_np = random_array((case.resolved_num_out, H), params[4], 4)
     y = to_torch(y_np).requires_grad_()
     probs = to_torch(case.probs).requires_grad_() if with_probs else None
     restore_shape = (T, H) if case.map_type == "index" and not with_probs else None
@@ -68,7 +63,7 @@ def test_moe_unpermute_matches_reference(params, with_probs):
     probs_np = case.probs if with_probs else None
     assert_bytes_equal(from_torch(out), ref.unpermute_ref(y_np, expected_map, case.map_type, T, probs_np), "output")
 
-    grad_out = _grad_like((T, H), params[4], 5)
+    grad_out = random_array((T, H), params[4], 5)
     out.backward(to_torch(grad_out))
     exp_gy, exp_gp = ref.unpermute_bwd_ref(grad_out, y_np, expected_map, case.map_type, probs_np)
     assert_bytes_equal(from_torch(y.grad), exp_gy, "grad inp")
@@ -82,11 +77,11 @@ def test_moe_unpermute_large_topk_gradients_match_float64(map_type):
     case = make_case(11, 12, 64, 32, 48, "float32", map_type)
     expected_map = case.expected_row_id_map()
     T, H = case.x.shape
-    y_np = _grad_like((case.resolved_num_out, H), "float32", 6)
+    y_np = random_array((case.resolved_num_out, H), "float32", 6)
     y = to_torch(y_np).requires_grad_()
     probs = to_torch(case.probs).requires_grad_()
     out = tep.moe_unpermute(y, torch.from_numpy(expected_map), merging_probs=probs, map_type=map_type)
-    grad_out = _grad_like((T, H), "float32", 7)
+    grad_out = random_array((T, H), "float32", 7)
     out.backward(to_torch(grad_out))
 
     exact_out = np.zeros((T, H))
@@ -163,7 +158,7 @@ def test_moe_sort_chunks_by_index_matches_reference():
     assert_bytes_equal(from_torch(out_probs), ref.sort_chunks_ref(p_np, split, order), "permuted_probs")
     plain = tep.moe_sort_chunks_by_index(x.detach(), torch.from_numpy(split), torch.from_numpy(order))
     assert_bytes_equal(from_torch(plain), from_torch(out), "without probs")
-    g, gp = _grad_like((14, 8), "bfloat16", 9), _grad_like((14,), "float32", 10)
+    g, gp = random_array((14, 8), "bfloat16", 9), random_array((14,), "float32", 10)
     torch.autograd.backward([out, out_probs], [to_torch(g), to_torch(gp)])
     dst = ref.chunk_row_id_map_ref(split, order, 14)
     assert_bytes_equal(from_torch(x.grad), g[dst], "grad inp")
