@@ -99,6 +99,28 @@ def test_moe_unpermute_large_topk_gradients_match_float64(map_type):
     np.testing.assert_allclose(from_torch(probs.grad), exact_gp, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("map_type", ["index", "mask"])
+def test_moe_permute_and_unpermute_keep_low_precision_probs_dtypes(map_type):
+    case = make_case(12, 10, 8, 3, 16, "float16", map_type, drop=True, probs_dtype="bfloat16")
+    x = to_torch(case.x).requires_grad_()
+    probs = to_torch(case.probs).requires_grad_()
+    out, permuted_probs, row_id_map = tep.moe_permute_with_probs(x, probs, torch.from_numpy(case.routing_map),
+                                                                 case.num_out_tokens, map_type=map_type)
+    back = tep.moe_unpermute(out, row_id_map, merging_probs=probs, map_type=map_type)
+    assert permuted_probs.dtype == torch.bfloat16 and back.dtype == torch.float16
+    expected_map = case.expected_row_id_map()
+    exp_out, exp_pp = ref.permute_ref(case.x, expected_map, map_type, case.resolved_num_out, case.probs)
+    assert_bytes_equal(from_torch(permuted_probs), exp_pp, "permuted_probs")
+    exp_back = ref.unpermute_ref(exp_out, expected_map, map_type, case.x.shape[0], case.probs)
+    assert_bytes_equal(from_torch(back), exp_back, "unpermuted")
+    grad_back = random_array(case.x.shape, "float16", 13)
+    back.backward(to_torch(grad_back))
+    exp_gy, exp_gp_unpermute = ref.unpermute_bwd_ref(grad_back, exp_out, expected_map, map_type, case.probs)
+    exp_gx, _ = ref.permute_bwd_ref(exp_gy, expected_map, map_type, case.x.shape[0], None, case.num_slots)
+    assert_bytes_equal(from_torch(x.grad), exp_gx, "grad inp")
+    assert_bytes_equal(from_torch(probs.grad), exp_gp_unpermute, "grad probs (through merging_probs only)")
+
+
 QUANTIZERS = [
     te.Float8CurrentScalingQuantizer("e4m3", columnwise=False),
     te.Float8DelayedScalingQuantizer("e5m2", columnwise=False),
@@ -242,6 +264,8 @@ def test_moe_ops_pass_opcheck():
                                                torch.tensor([1, 0], dtype=torch.int32), 9)),
         (torch.ops.twinengine.moe_permute, (x, row_id_map, probs, 9, n_out, "mask", None)),
         (torch.ops.twinengine.moe_permute, (x, index_map, None, 9, 27, "index", None)),
+        (torch.ops.twinengine.moe_permute, (torch.randint(0, 255, (128, 4), dtype=torch.uint8), row_id_map, None, 9,
+                                            n_out, "mask", 128)),
         (torch.ops.twinengine.moe_permute_bwd, (y.detach(), row_id_map, torch.randn(n_out), 9, "mask")),
         (torch.ops.twinengine.moe_unpermute, (y, row_id_map, probs, 9, "mask")),
         (torch.ops.twinengine.moe_unpermute, (y.detach()[:0], index_map, None, 9, "index")),
