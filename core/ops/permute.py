@@ -14,7 +14,7 @@ Map types:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..dtypes import HIGH_PRECISION
 from ..quantized_tensor import QuantizedTensor
@@ -80,15 +80,16 @@ def _check_probs(op: str, name: str, probs: Any, num_tokens: Any, num_slots: Any
 # ---- sizes and eager value checks ----------------------------------------------------------
 
 def resolve_num_out_tokens(op: str, map_type: str, routing_map: Any, num_out_tokens: Any,
-                           routed_count: int | None = None) -> Any:
+                           count_routed: Callable[[], int] | None = None) -> Any:
     """The concrete number of permuted rows.
 
     ``num_out_tokens > 0`` is used as given. Otherwise (all routed tokens): T·topK for the
-    index map (a static size); for the mask map the number of nonzero routing entries,
-    ``routed_count``, which a frontend can only count outside a compiled/jitted graph.
+    index map (a static size); for the mask map the number of nonzero routing entries, which
+    ``count_routed()`` reads from the values — a frontend passes None inside a compiled or
+    jitted graph, where they cannot be read.
 
     Raises:
-        ValueError: mask map, num_out_tokens <= 0 and ``routed_count`` unknown (traced).
+        ValueError: mask map, num_out_tokens <= 0 and no ``count_routed`` (traced).
     """
     _check_map_type(op, map_type)
     if num_out_tokens is None or isinstance(num_out_tokens, (bool, float)):
@@ -97,11 +98,11 @@ def resolve_num_out_tokens(op: str, map_type: str, routing_map: Any, num_out_tok
         return num_out_tokens
     if map_type == "index":
         return routing_map.shape[0] * routing_map.shape[1]
-    if routed_count is None:
+    if count_routed is None:
         fail(op, ValueError, "with map_type='mask', num_out_tokens <= 0 means 'all routed tokens', a size that "
              "depends on the routing map's values: inside torch.compile / jax.jit pass num_out_tokens explicitly "
              "(e.g. num_tokens * topK, or a capacity); routed pairs past it are dropped")
-    return routed_count
+    return count_routed()
 
 
 def check_routing_values(op: str, map_type: str, min_value: int, max_value: int) -> None:

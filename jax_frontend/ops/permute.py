@@ -127,10 +127,9 @@ def _permute_rows(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type: 
 def _permute_with_map(op: str, inp, probs, routing_map, num_out_tokens: int, map_type: str):
     routing_map = _routing_map(op, routing_map, map_type)
     probs = None if probs is None else jnp.asarray(probs)
-    count = None
-    if map_type == "mask" and num_out_tokens <= 0 and not isinstance(routing_map, jax.core.Tracer):
-        count = int(np.count_nonzero(np.asarray(routing_map)))
-    num_out = resolve_num_out_tokens(op, map_type, meta(routing_map), num_out_tokens, count)
+    traced = isinstance(routing_map, jax.core.Tracer)
+    count_routed = None if traced else (lambda: int(np.count_nonzero(np.asarray(routing_map))))
+    num_out = resolve_num_out_tokens(op, map_type, meta(routing_map), num_out_tokens, count_routed)
     map_call = ROW_ID_MAP.plan(meta(routing_map), num_out, map_type)
     map_spec = map_call.outputs[0]
     num_tokens = routing_map.shape[0]

@@ -61,11 +61,12 @@ def test_resolve_num_out_tokens():
     assert resolve_num_out_tokens(op, "index", A((6, 4), "int32"), -1) == 24
     assert resolve_num_out_tokens(op, "index", A((6, 4), "int32"), 0) == 24
     assert resolve_num_out_tokens(op, "mask", A((6, 4), "uint8"), 5) == 5
-    assert resolve_num_out_tokens(op, "mask", A((6, 4), "uint8"), -1, routed_count=13) == 13
+    assert resolve_num_out_tokens(op, "mask", A((6, 4), "uint8"), -1, count_routed=lambda: 13) == 13
+    assert resolve_num_out_tokens(op, "mask", A((6, 4), "uint8"), 4, count_routed=lambda: 1 / 0) == 4
     with pytest.raises(ValueError, match="twinengine.moe_permute: .*pass num_out_tokens explicitly"):
         resolve_num_out_tokens(op, "mask", A((6, 4), "uint8"), -1)
     with pytest.raises(TypeError, match="num_out_tokens must be an int"):
-        resolve_num_out_tokens(op, "mask", A((6, 4), "uint8"), None)
+        resolve_num_out_tokens(op, "mask", A((6, 4), "uint8"), None, count_routed=lambda: 13)
 
 
 def test_unpermute_num_tokens():

@@ -187,10 +187,8 @@ def _permute_rows(inp: Tensor | QuantizedTensor, row_id_map: Tensor, probs: Tens
 def _permute_with_map(op: str, inp, probs, routing_map: Tensor, num_out_tokens: int, map_type: str):
     routing_map = _routing_map(op, routing_map, map_type)
     check_tensor_device(op, "probs", probs)
-    count = None
-    if map_type == "mask" and num_out_tokens <= 0 and not torch.compiler.is_compiling():
-        count = int(torch.count_nonzero(routing_map))
-    num_out = resolve_num_out_tokens(op, map_type, meta(routing_map), num_out_tokens, count)
+    count_routed = None if torch.compiler.is_compiling() else (lambda: int(torch.count_nonzero(routing_map)))
+    num_out = resolve_num_out_tokens(op, map_type, meta(routing_map), num_out_tokens, count_routed)
     map_call = ROW_ID_MAP.plan(meta(routing_map), num_out, map_type)
     map_spec = map_call.outputs[0]
     PERMUTE.validate(ArrayMeta(tuple(inp.shape[:1]) + (1,), "float32"), ArrayMeta(map_spec.shape, map_spec.dtype),
