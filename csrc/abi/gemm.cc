@@ -107,15 +107,7 @@ TweStatus twe_gemm(const TweGemmOperand* a, const TweGemmOperand* b, const TweTe
     if ((st = check_view(bias, "bias", bias->dtype, -1, n, dev))) return st;
   }
   GemmArgs args{a, b, has_bias ? bias : nullptr, out, scaling, m, n, ka, stream};
-  if (dev == kTweCPU) {
-    st = cpu::gemm(args);
-  } else {
-#ifdef TWE_WITH_CUDA
-    st = cuda::gemm(args);
-#else
-    return fail(kTweUnsupported, "twinengine was built without CUDA kernels; CUDA tensors are not supported");
-#endif
-  }
+  st = run_on_device(dev, args, TWE_DEVICE_FNS(gemm));
   return st ? st : succeed();
 }
 

@@ -377,54 +377,52 @@ void nvfp4(const QuantizeArgs& a, const T* x) {
 
 // ---- Dequantize ---------------------------------------------------------------------------
 
-template <FP8Format F, typename Out>
-void dequantize_fp8_typed(const DequantizeArgs& a) {
-  const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
-  const float scale_inv = *static_cast<const float*>(a.scale_inv->data);
+/*! out[r, k] = Out(decode(r, k)) over the (R, K) output, rows split over threads. */
+template <typename Out, typename Decode>
+void dequantize_rows(const DequantizeArgs& a, Decode decode) {
   Out* out = static_cast<Out*>(a.output->data);
   const int64_t R = a.rows, K = a.cols;
   parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
     for (int64_t r = row_begin; r < row_end; ++r)
-      for (int64_t k = 0; k < K; ++k) {
-        const uint8_t code = a.columnwise ? q[k * R + r] : q[r * K + k];
-        out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(code) * scale_inv);
-      }
+      for (int64_t k = 0; k < K; ++k) out[r * K + k] = FromFloat<Out>::apply(decode(r, k));
+  });
+}
+
+/*! The FP8 code of logical element (r, k), stored (R, K) or, when `transposed`, (K, R). */
+inline uint8_t fp8_code(const DequantizeArgs& a, int64_t r, int64_t k, bool transposed) {
+  const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
+  return transposed ? q[k * a.rows + r] : q[r * a.cols + k];
+}
+
+template <FP8Format F, typename Out>
+void dequantize_fp8_typed(const DequantizeArgs& a) {
+  const float scale_inv = *static_cast<const float*>(a.scale_inv->data);
+  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
+    return numerics::fp8_to_float<F>(fp8_code(a, r, k, a.columnwise)) * scale_inv;
   });
 }
 
 template <FP8Format F, typename Out>
 void dequantize_mxfp8_typed(const DequantizeArgs& a) {
-  const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
   const uint8_t* scales = static_cast<const uint8_t*>(a.scale_inv->data);
   const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
-  Out* out = static_cast<Out*>(a.output->data);
-  const int64_t R = a.rows, K = a.cols;
-  parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t r = row_begin; r < row_end; ++r)
-      for (int64_t k = 0; k < K; ++k) {
-        const uint8_t e = a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32];
-        out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(q[r * K + k]) * numerics::e8m0_to_float(e));
-      }
+  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
+    const uint8_t e = a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32];
+    // MXFP8 keeps its columnwise copy in the (R, K) layout.
+    return numerics::fp8_to_float<F>(fp8_code(a, r, k, false)) * numerics::e8m0_to_float(e);
   });
 }
 
 template <FP8Format F, typename Out>
 void dequantize_fp8_block_typed(const DequantizeArgs& a) {
-  const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
   const float* scales = static_cast<const float*>(a.scale_inv->data);
   const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
-  Out* out = static_cast<Out*>(a.output->data);
-  const int64_t R = a.rows, K = a.cols;
-  parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t r = row_begin; r < row_end; ++r)
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t rb = r / kFP8Block, kb = k / kFP8Block;
-        float s;
-        if (a.two_d) s = a.columnwise ? scales[kb * stride + rb] : scales[rb * stride + kb];
-        else s = a.columnwise ? scales[rb * stride + k] : scales[kb * stride + r];
-        const uint8_t code = a.columnwise ? q[k * R + r] : q[r * K + k];
-        out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(code) * s);
-      }
+  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
+    const int64_t rb = r / kFP8Block, kb = k / kFP8Block;
+    float s;
+    if (a.two_d) s = a.columnwise ? scales[kb * stride + rb] : scales[rb * stride + kb];
+    else s = a.columnwise ? scales[rb * stride + k] : scales[kb * stride + r];
+    return numerics::fp8_to_float<F>(fp8_code(a, r, k, a.columnwise)) * s;
   });
 }
 

@@ -471,6 +471,16 @@ TWE_HOST_DEVICE uint8_t sr_random_byte(const Philox4x32& words, int b) {
 }
 
 // ---------------------------------------------------------------------------------------
+// MoE permutation sums (NUMERICS.md §10)
+// ---------------------------------------------------------------------------------------
+
+/*! One term of an unpermute / probs-gradient sum: fl(acc + fl(v · w)), never fused. */
+TWE_HOST_DEVICE float weighted_accumulate(float acc, float v, float w) {
+  const float product = v * w;
+  return acc + product;
+}
+
+// ---------------------------------------------------------------------------------------
 // GEMM block scaling (NUMERICS.md §8)
 // ---------------------------------------------------------------------------------------
 
