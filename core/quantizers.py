@@ -9,9 +9,17 @@ interchangeable; a different one is a different compiled program.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 
 _FP8_FORMATS = ("e4m3", "e5m2")
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, typing.Any]:
+    """The resolved field annotations of a quantizer class (compiled graphs rebuild quantizers
+    from their __fx_repr__ on every call, so this must be cheap)."""
+    return typing.get_type_hints(cls)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -30,7 +38,7 @@ class Quantizer:
     """Format family: "fp8_current", "fp8_delayed", "mxfp8", "fp8_block" or "nvfp4"."""
 
     def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
+        hints = _field_types(type(self))
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             expected = hints[field.name]
@@ -162,8 +170,10 @@ class NVFP4Quantizer(Quantizer):
     """NVFP4: E2M1 data, E4M3 scales per 1×16 block, fp32 global scale (NUMERICS.md §7).
 
     ``with_rht`` applies the 16-point random Hadamard transform to the columnwise copy
-    (bf16 input only); ``with_2d_quantization`` shares a scale per 16×16 tile;
-    ``stochastic_rounding`` rounds with Philox bits from an explicit ``rng=[seed, offset]``.
+    (bf16 input only; no effect with columnwise=False; that copy dequantizes to the
+    transformed values); ``with_2d_quantization`` shares a scale per 16×16 tile;
+    ``stochastic_rounding`` rounds with Philox bits from an explicit ``rng=[seed, offset]``
+    array (see ``twinengine.ops.quantize.RNG_DTYPES``), required exactly when it is set.
     """
 
     with_rht: bool = False

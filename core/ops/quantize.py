@@ -66,24 +66,28 @@ def _validate_quantize(x: ArrayMeta, quantizer: Quantizer, scale: ArrayMeta | No
     elif scale is not None:
         fail(op, ValueError, f"scale= is only used by Float8DelayedScalingQuantizer, not {type(quantizer).__name__}")
     _validate_rng(op, quantizer, rng)
-    def got() -> str:  # formatted only on failure: formatting a SymInt would specialize it
-        return f"got x of shape {tuple(x.shape)} -> (R, K) = ({rows}, {cols})"
-
     if isinstance(quantizer, MXFP8Quantizer) and (rows % 32 != 0 or cols % 32 != 0):
         fail(op, ValueError, f"MXFP8 needs the flattened (R, K) shape to have R and K divisible by 32 "
-             f"(1x32 / 32x1 blocks), {got()}")
+             f"(1x32 / 32x1 blocks), {_got_shape(x)}")
     if isinstance(quantizer, Float8BlockQuantizer) and (rows % 128 != 0 or cols % 128 != 0):
         fail(op, ValueError, f"FP8 block scaling needs R and K divisible by 128 (1x128 blocks / 128x128 tiles "
-             f"of the flattened (R, K) shape), {got()}")
+             f"of the flattened (R, K) shape), {_got_shape(x)}")
     if isinstance(quantizer, NVFP4Quantizer):
         if rows % 16 != 0 or cols % 16 != 0:
             fail(op, ValueError, f"NVFP4 needs R and K divisible by 16 (1x16 blocks / 16x16 tiles of the "
-                 f"flattened (R, K) shape), {got()}")
+                 f"flattened (R, K) shape), {_got_shape(x)}")
         if quantizer.with_rht and quantizer.columnwise and x.dtype != "bfloat16":
             fail(op, TypeError, f"NVFP4 with_rht=True with columnwise usage needs bfloat16 x (the RHT is "
                  f"defined for bf16 input only), got {x.dtype}; use columnwise=False or with_rht=False")
     if quantizer.scaling_mode not in _QUANTIZE_KERNELS:
         fail(op, TypeError, f"{type(quantizer).__name__} has no quantize kernel")
+
+
+def _got_shape(x: ArrayMeta) -> str:
+    """The shape part of a divisibility error. Call it only on failure: formatting symbolic sizes
+    would specialize them under torch.compile(dynamic=True)."""
+    rows, cols = flatten_2d(x.shape)
+    return f"got x of shape {tuple(x.shape)} -> (R, K) = ({rows}, {cols})"
 
 
 def _validate_rng(op: str, quantizer: Quantizer, rng: ArrayMeta | None) -> None:

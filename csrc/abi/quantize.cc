@@ -8,23 +8,6 @@ namespace {
 
 TweDType fp8_dtype(TweFP8Format format) { return format == kTweE5M2 ? kTweFloat8E5M2 : kTweFloat8E4M3; }
 
-template <typename Args, typename CpuFn, typename CudaFn>
-TweStatus run_on_device(TweDevice device, const Args& args, CpuFn cpu_fn, CudaFn cuda_fn) {
-  if (device == kTweCPU) return cpu_fn(args);
-#ifdef TWE_WITH_CUDA
-  return cuda_fn(args);
-#else
-  (void)cuda_fn;
-  return fail(kTweUnsupported, "twinengine was built without CUDA kernels; CUDA tensors are not supported");
-#endif
-}
-
-#ifdef TWE_WITH_CUDA
-#define TWE_DEVICE_FNS(name) cpu::name, cuda::name
-#else
-#define TWE_DEVICE_FNS(name) cpu::name, nullptr
-#endif
-
 TweStatus check_input(const TweTensorView* input) {
   if (!present(input)) return fail(kTweInvalidArgument, "input is missing");
   if (!is_high_precision(input->dtype)) {
@@ -111,6 +94,17 @@ TweStatus check_rng(const TweTensorView* rng, TweDevice dev) {
   return kTweSuccess;
 }
 
+/*! Checks shared by every dequantize entry: data and output present, output high precision and,
+ *  for FP8 formats, data of an FP8 dtype. */
+TweStatus check_dequantize_views(const TweTensorView* data, const TweTensorView* output, bool fp8_data) {
+  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
+  if (fp8_data && data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
+    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
+  }
+  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  return kTweSuccess;
+}
+
 }  // namespace
 }  // namespace twe
 
@@ -174,11 +168,7 @@ TweStatus twe_quantize_mxfp8(const TweTensorView* input, TweQuantizedTensor* out
 
 TweStatus twe_dequantize_fp8(const TweTensorView* data, const TweTensorView* scale_inv, TweTensorView* output,
                              int32_t columnwise, void* stream) {
-  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
-  if (data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
-    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
-  }
-  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  if (TweStatus st = check_dequantize_views(data, output, true)) return st;
   const int64_t r = rows(*output), k = cols(*output);
   TweStatus st = columnwise ? check_view(data, "data", data->dtype, k, r, output->device)
                             : check_view(data, "data", data->dtype, r, k, output->device);
@@ -191,13 +181,12 @@ TweStatus twe_dequantize_fp8(const TweTensorView* data, const TweTensorView* sca
 
 TweStatus twe_dequantize_mxfp8(const TweTensorView* data, const TweTensorView* scale_inv, TweTensorView* output,
                                int32_t columnwise, void* stream) {
-  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
-  if (data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
-    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
-  }
-  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  if (TweStatus st = check_dequantize_views(data, output, true)) return st;
   const int64_t r = rows(*output), k = cols(*output);
-  if (r % 32 != 0 || k % 32 != 0) return fail(kTweInvalidArgument, "MXFP8 needs R and K to be multiples of 32");
+  // Rowwise blocks lie along K only: a rowwise copy with any R (e.g. permuted rows) dequantizes.
+  if (k % 32 != 0 || (columnwise && r % 32 != 0)) {
+    return fail(kTweInvalidArgument, "MXFP8 needs K (and R for the columnwise copy) to be multiples of 32");
+  }
   TweStatus st = check_view(data, "data", data->dtype, r, k, output->device);
   if (st) return st;
   st = columnwise ? check_view(scale_inv, "scale_inv", kTweUInt8, round_up(r / 32, 4), round_up(k, 128), output->device)
@@ -273,13 +262,10 @@ TweStatus twe_quantize_nvfp4(const TweTensorView* input, const TweTensorView* rn
 
 TweStatus twe_dequantize_fp8_block(const TweTensorView* data, const TweTensorView* scale_inv, TweTensorView* output,
                                    int32_t columnwise, int32_t two_d, void* stream) {
-  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
-  if (data->dtype != kTweFloat8E4M3 && data->dtype != kTweFloat8E5M2) {
-    return fail(kTweInvalidArgument, std::string("data must be float8_e4m3fn or float8_e5m2, got ") + dtype_name(data->dtype));
-  }
-  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  if (TweStatus st = check_dequantize_views(data, output, true)) return st;
   const int64_t r = rows(*output), k = cols(*output);
-  TweStatus st = check_fp8_block_shape(r, k, "output " + shape_string(*output));
+  // A rowwise 1D copy has blocks along K only: any R (e.g. permuted rows) dequantizes.
+  TweStatus st = check_fp8_block_shape(columnwise || two_d ? r : 0, k, "output " + shape_string(*output));
   if (st) return st;
   st = columnwise ? check_view(data, "data", data->dtype, k, r, output->device)
                   : check_view(data, "data", data->dtype, r, k, output->device);
@@ -294,10 +280,10 @@ TweStatus twe_dequantize_fp8_block(const TweTensorView* data, const TweTensorVie
 
 TweStatus twe_dequantize_nvfp4(const TweTensorView* data, const TweTensorView* scale_inv, const TweTensorView* amax,
                                TweTensorView* output, int32_t columnwise, void* stream) {
-  if (!present(data) || !present(output)) return fail(kTweInvalidArgument, "data and output must be present");
-  if (!is_high_precision(output->dtype)) return fail(kTweInvalidArgument, "output must be float32, bfloat16 or float16");
+  if (TweStatus st = check_dequantize_views(data, output, false)) return st;
   const int64_t r = rows(*output), k = cols(*output);
-  TweStatus st = check_nvfp4_shape(r, k, "output " + shape_string(*output));
+  // A rowwise copy has blocks along K only: any R (e.g. permuted rows) dequantizes.
+  TweStatus st = check_nvfp4_shape(columnwise ? r : 0, k, "output " + shape_string(*output));
   if (st) return st;
   st = columnwise ? check_nvfp4_copy(data, scale_inv, "data", "scale_inv", k, r, output->device)
                   : check_nvfp4_copy(data, scale_inv, "data", "scale_inv", r, k, output->device);

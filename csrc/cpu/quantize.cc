@@ -186,53 +186,61 @@ struct Fp8BlockScaler {
 template <FP8Format F, typename T>
 void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
   if (o.row_data) {
-    for (int64_t r = 0; r < R; ++r) {
-      for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
-        const T* block = x + r * K + kb * kFP8Block;
-        const float scale = scaler(tensor_amax(block, kFP8Block));
-        for (int64_t i = 0; i < kFP8Block; ++i)
-          o.row_data[r * K + kb * kFP8Block + i] = numerics::float_to_fp8<F>(to_float(block[i]) * scale);
-        o.row_scales[kb * o.row_stride + r] = 1.0f / scale;
+    parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
+      for (int64_t r = row_begin; r < row_end; ++r) {
+        for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
+          const T* block = x + r * K + kb * kFP8Block;
+          const float scale = scaler(block_amax(block, kFP8Block));
+          for (int64_t i = 0; i < kFP8Block; ++i)
+            o.row_data[r * K + kb * kFP8Block + i] = numerics::float_to_fp8<F>(to_float(block[i]) * scale);
+          o.row_scales[kb * o.row_stride + r] = 1.0f / scale;
+        }
       }
-    }
+    });
   }
   if (o.col_data) {
-    std::vector<float> scale(static_cast<size_t>(K));
-    for (int64_t rb = 0; rb < R / kFP8Block; ++rb) {
-      std::fill(scale.begin(), scale.end(), 0.0f);  // running amax, then the scale
-      for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
-        for (int64_t k = 0; k < K; ++k) scale[k] = numerics::amax_update(scale[k], to_float(x[r * K + k]));
-      for (int64_t k = 0; k < K; ++k) {
-        scale[k] = scaler(scale[k]);
-        o.col_scales[rb * o.col_stride + k] = 1.0f / scale[k];
+    parallel_for(R / kFP8Block, R * K, [&](int64_t rb_begin, int64_t rb_end) {
+      std::vector<float> scale(static_cast<size_t>(K));
+      for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
+        std::fill(scale.begin(), scale.end(), 0.0f);  // running amax, then the scale
+        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
+          for (int64_t k = 0; k < K; ++k) scale[k] = numerics::amax_update(scale[k], to_float(x[r * K + k]));
+        for (int64_t k = 0; k < K; ++k) {
+          scale[k] = scaler(scale[k]);
+          o.col_scales[rb * o.col_stride + k] = 1.0f / scale[k];
+        }
+        // Column k of this row block is one contiguous run of the (K, R) output.
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
+            o.col_data[k * R + r] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale[k]);
       }
-      for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
-        for (int64_t k = 0; k < K; ++k) o.col_data[k * R + r] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale[k]);
-    }
+    });
   }
 }
 
 /*! 128×128 tiles: one scale per tile; the columnwise copy is the exact transpose. */
 template <FP8Format F, typename T>
 void fp8_block_2d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
-  for (int64_t rb = 0; rb < R / kFP8Block; ++rb) {
-    for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
-      float amax = 0.0f;
-      for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
-        for (int64_t k = kb * kFP8Block; k < (kb + 1) * kFP8Block; ++k)
-          amax = numerics::amax_update(amax, to_float(x[r * K + k]));
-      const float scale = scaler(amax);
-      for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r) {
-        for (int64_t k = kb * kFP8Block; k < (kb + 1) * kFP8Block; ++k) {
-          const uint8_t q = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale);
-          if (o.row_data) o.row_data[r * K + k] = q;
-          if (o.col_data) o.col_data[k * R + r] = q;
+  parallel_for(R / kFP8Block, R * K, [&](int64_t rb_begin, int64_t rb_end) {
+    for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
+      for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
+        float amax = 0.0f;
+        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
+          for (int64_t k = kb * kFP8Block; k < (kb + 1) * kFP8Block; ++k)
+            amax = numerics::amax_update(amax, to_float(x[r * K + k]));
+        const float scale = scaler(amax);
+        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r) {
+          for (int64_t k = kb * kFP8Block; k < (kb + 1) * kFP8Block; ++k) {
+            const uint8_t q = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale);
+            if (o.row_data) o.row_data[r * K + k] = q;
+            if (o.col_data) o.col_data[k * R + r] = q;
+          }
         }
+        if (o.row_scales) o.row_scales[rb * o.row_stride + kb] = 1.0f / scale;
+        if (o.col_scales) o.col_scales[kb * o.col_stride + rb] = 1.0f / scale;
       }
-      if (o.row_scales) o.row_scales[rb * o.row_stride + kb] = 1.0f / scale;
-      if (o.col_scales) o.col_scales[kb * o.col_stride + rb] = 1.0f / scale;
     }
-  }
+  });
 }
 
 template <FP8Format F, typename T>
@@ -290,39 +298,38 @@ void nvfp4_copy(const T* c, int64_t rows, int64_t cols, bool two_d, const SrStat
   const float factor = numerics::nvfp4_block_scale_factor(s_enc);
   const int64_t blocks = cols / kFP4Block;
   std::fill(out.scales, out.scales + round_up(rows, 128) * out.scale_stride, uint8_t{0});
-  if (two_d) {
-    for (int64_t rt = 0; rt < rows / kFP4Block; ++rt) {
+  // Block scales: per 1x16 block, or per 16x16 tile written to each of its 16 rows.
+  const int64_t scale_rows = two_d ? kFP4Block : 1;
+  parallel_for(rows / scale_rows, rows * cols, [&](int64_t begin, int64_t end) {
+    for (int64_t rt = begin; rt < end; ++rt) {
       for (int64_t b = 0; b < blocks; ++b) {
         float amax = 0.0f;
-        for (int64_t r = rt * kFP4Block; r < (rt + 1) * kFP4Block; ++r)
-          amax = std::max(amax, tensor_amax(c + r * cols + b * kFP4Block, kFP4Block));
+        for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r)
+          amax = numerics::amax_update(amax, block_amax(c + r * cols + b * kFP4Block, kFP4Block));
         const uint8_t code = numerics::nvfp4_block_scale_code(amax, factor);
-        for (int64_t r = rt * kFP4Block; r < (rt + 1) * kFP4Block; ++r) out.scales[r * out.scale_stride + b] = code;
+        for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r) out.scales[r * out.scale_stride + b] = code;
       }
     }
-  } else {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t b = 0; b < blocks; ++b)
-        out.scales[r * out.scale_stride + b] =
-            numerics::nvfp4_block_scale_code(tensor_amax(c + r * cols + b * kFP4Block, kFP4Block), factor);
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float m = numerics::nvfp4_encode_multiplier(out.scales[r * out.scale_stride + b], s_dec);
-      const T* block = c + r * cols + b * kFP4Block;
-      // Element index i = r*cols + b*16 + j: group g = i/16 is this block, byte j.
-      numerics::Philox4x32 random{};
-      if (sr) random = numerics::sr_random_block(static_cast<uint64_t>(r * blocks + b), out.index, sr->seed, sr->offset);
-      uint8_t codes[kFP4Block];
-      for (int j = 0; j < kFP4Block; ++j) {
-        const float v = to_float(block[j]) * m;
-        codes[j] = sr ? numerics::float_to_e2m1_stochastic(v, numerics::sr_random_byte(random, j))
-                      : numerics::float_to_e2m1(v);
+  });
+  parallel_for(rows, rows * cols, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float m = numerics::nvfp4_encode_multiplier(out.scales[r * out.scale_stride + b], s_dec);
+        const T* block = c + r * cols + b * kFP4Block;
+        // Element index i = r*cols + b*16 + j: group g = i/16 is this block, byte j.
+        numerics::Philox4x32 random{};
+        if (sr) random = numerics::sr_random_block(static_cast<uint64_t>(r * blocks + b), out.index, sr->seed, sr->offset);
+        uint8_t codes[kFP4Block];
+        for (int j = 0; j < kFP4Block; ++j) {
+          const float v = to_float(block[j]) * m;
+          codes[j] = sr ? numerics::float_to_e2m1_stochastic(v, numerics::sr_random_byte(random, j))
+                        : numerics::float_to_e2m1(v);
+        }
+        uint8_t* packed = out.data + (r * cols + b * kFP4Block) / 2;
+        for (int j = 0; j < kFP4Block; j += 2) packed[j / 2] = numerics::pack_e2m1(codes[j], codes[j + 1]);
       }
-      uint8_t* packed = out.data + (r * cols + b * kFP4Block) / 2;
-      for (int j = 0; j < kFP4Block; j += 2) packed[j / 2] = numerics::pack_e2m1(codes[j], codes[j + 1]);
     }
-  }
+  });
   *out.amax = global_amax;
 }
 
@@ -331,15 +338,17 @@ void nvfp4_copy(const T* c, int64_t rows, int64_t cols, bool two_d, const SrStat
 template <typename T>
 std::vector<float> nvfp4_columnwise_operand(const T* x, int64_t R, int64_t K, bool rht) {
   std::vector<float> xt(static_cast<size_t>(R * K));
-  for (int64_t r0 = 0; r0 < R; r0 += numerics::kRHTSize) {  // 16 input rows stay in cache
-    for (int64_t k = 0; k < K; ++k) {
-      float chunk[numerics::kRHTSize];
-      for (int j = 0; j < numerics::kRHTSize; ++j) chunk[j] = to_float(x[(r0 + j) * K + k]);
-      float* out = xt.data() + k * R + r0;
-      if (rht) numerics::rht_chunk(chunk, out);
-      else std::copy(chunk, chunk + numerics::kRHTSize, out);
+  parallel_for(R / numerics::kRHTSize, R * K, [&](int64_t begin, int64_t end) {
+    for (int64_t r0 = begin * numerics::kRHTSize; r0 < end * numerics::kRHTSize; r0 += numerics::kRHTSize) {
+      for (int64_t k = 0; k < K; ++k) {  // the chunk's 16 input rows stay in cache
+        float chunk[numerics::kRHTSize];
+        for (int j = 0; j < numerics::kRHTSize; ++j) chunk[j] = to_float(x[(r0 + j) * K + k]);
+        float* out = xt.data() + k * R + r0;
+        if (rht) numerics::rht_chunk(chunk, out);
+        else std::copy(chunk, chunk + numerics::kRHTSize, out);
+      }
     }
-  }
+  });
   return xt;
 }
 
@@ -368,53 +377,53 @@ void nvfp4(const QuantizeArgs& a, const T* x) {
 
 // ---- Dequantize ---------------------------------------------------------------------------
 
-template <FP8Format F, typename Out>
-void dequantize_fp8_typed(const DequantizeArgs& a) {
-  const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
-  const float scale_inv = *static_cast<const float*>(a.scale_inv->data);
+/*! out[r, k] = Out(decode(r, k)) over the (R, K) output, rows split over threads. */
+template <typename Out, typename Decode>
+void dequantize_rows(const DequantizeArgs& a, Decode decode) {
   Out* out = static_cast<Out*>(a.output->data);
   const int64_t R = a.rows, K = a.cols;
   parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
     for (int64_t r = row_begin; r < row_end; ++r)
-      for (int64_t k = 0; k < K; ++k) {
-        const uint8_t code = a.columnwise ? q[k * R + r] : q[r * K + k];
-        out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(code) * scale_inv);
-      }
+      for (int64_t k = 0; k < K; ++k) out[r * K + k] = FromFloat<Out>::apply(decode(r, k));
+  });
+}
+
+/*! The FP8 code of logical element (r, k), stored (R, K) or, when `transposed`, (K, R). */
+inline uint8_t fp8_code(const DequantizeArgs& a, int64_t r, int64_t k, bool transposed) {
+  const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
+  return transposed ? q[k * a.rows + r] : q[r * a.cols + k];
+}
+
+template <FP8Format F, typename Out>
+void dequantize_fp8_typed(const DequantizeArgs& a) {
+  const float scale_inv = *static_cast<const float*>(a.scale_inv->data);
+  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
+    return numerics::fp8_to_float<F>(fp8_code(a, r, k, a.columnwise)) * scale_inv;
   });
 }
 
 template <FP8Format F, typename Out>
 void dequantize_mxfp8_typed(const DequantizeArgs& a) {
-  const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
   const uint8_t* scales = static_cast<const uint8_t*>(a.scale_inv->data);
   const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
-  Out* out = static_cast<Out*>(a.output->data);
-  const int64_t R = a.rows, K = a.cols;
-  parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t r = row_begin; r < row_end; ++r)
-      for (int64_t k = 0; k < K; ++k) {
-        const uint8_t e = a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32];
-        out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(q[r * K + k]) * numerics::e8m0_to_float(e));
-      }
+  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
+    const uint8_t e = a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32];
+    // MXFP8 keeps its columnwise copy in the (R, K) layout.
+    return numerics::fp8_to_float<F>(fp8_code(a, r, k, false)) * numerics::e8m0_to_float(e);
   });
 }
 
 template <FP8Format F, typename Out>
 void dequantize_fp8_block_typed(const DequantizeArgs& a) {
-  const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
   const float* scales = static_cast<const float*>(a.scale_inv->data);
   const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
-  Out* out = static_cast<Out*>(a.output->data);
-  const int64_t R = a.rows, K = a.cols;
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t k = 0; k < K; ++k) {
-      const int64_t rb = r / kFP8Block, kb = k / kFP8Block;
-      float s;
-      if (a.two_d) s = a.columnwise ? scales[kb * stride + rb] : scales[rb * stride + kb];
-      else s = a.columnwise ? scales[rb * stride + k] : scales[kb * stride + r];
-      const uint8_t code = a.columnwise ? q[k * R + r] : q[r * K + k];
-      out[r * K + k] = FromFloat<Out>::apply(numerics::fp8_to_float<F>(code) * s);
-    }
+  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
+    const int64_t rb = r / kFP8Block, kb = k / kFP8Block;
+    float s;
+    if (a.two_d) s = a.columnwise ? scales[kb * stride + rb] : scales[rb * stride + kb];
+    else s = a.columnwise ? scales[rb * stride + k] : scales[kb * stride + r];
+    return numerics::fp8_to_float<F>(fp8_code(a, r, k, a.columnwise)) * s;
+  });
 }
 
 template <typename Out>
@@ -427,14 +436,16 @@ void dequantize_nvfp4_typed(const DequantizeArgs& a) {
   const int64_t R = a.rows, K = a.cols;
   // The stored copy has `rows` rows of `cols` elements: (R, K), or (K, R) when columnwise.
   const int64_t rows = a.columnwise ? K : R, cols = a.columnwise ? R : K;
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) {
-      const uint8_t byte = q[(i * cols + j) / 2];
-      const uint8_t code = (j & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xFu);
-      const float m = numerics::nvfp4_decode_multiplier(scales[i * stride + j / kFP4Block], global_amax);
-      const float v = numerics::e2m1_to_float(code) * m;
-      out[a.columnwise ? j * K + i : i * K + j] = FromFloat<Out>::apply(v);
-    }
+  parallel_for(rows, R * K, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t i = row_begin; i < row_end; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const uint8_t byte = q[(i * cols + j) / 2];
+        const uint8_t code = (j & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xFu);
+        const float m = numerics::nvfp4_decode_multiplier(scales[i * stride + j / kFP4Block], global_amax);
+        const float v = numerics::e2m1_to_float(code) * m;
+        out[a.columnwise ? j * K + i : i * K + j] = FromFloat<Out>::apply(v);
+      }
+  });
 }
 
 template <template <FP8Format, typename> class Kernel>

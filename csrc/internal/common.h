@@ -44,6 +44,35 @@ std::string shape_string(const TweTensorView& v);
 TweStatus check_view(const TweTensorView* v, const char* name, TweDType dtype, int64_t expect_rows,
                      int64_t expect_cols, TweDevice device);
 
+/*! Bytes of one element of dtype d. */
+inline int64_t element_size(TweDType d) {
+  switch (d) {
+    case kTweFloat32: case kTweInt32: case kTweUInt32: return 4;
+    case kTweBFloat16: case kTweFloat16: return 2;
+    case kTweInt64: return 8;
+    default: return 1;
+  }
+}
+
+/*! Runs cpu_fn(args) for CPU views, else cuda_fn(args) (kTweUnsupported without CUDA kernels). */
+template <typename Args, typename CpuFn, typename CudaFn>
+TweStatus run_on_device(TweDevice device, const Args& args, CpuFn cpu_fn, CudaFn cuda_fn) {
+  if (device == kTweCPU) return cpu_fn(args);
+#ifdef TWE_WITH_CUDA
+  return cuda_fn(args);
+#else
+  (void)cuda_fn;
+  return fail(kTweUnsupported, "twinengine was built without CUDA kernels; CUDA tensors are not supported");
+#endif
+}
+
+/*! The (cpu, cuda) kernel pair of run_on_device for kernel `name`. */
+#ifdef TWE_WITH_CUDA
+#define TWE_DEVICE_FNS(name) cpu::name, cuda::name
+#else
+#define TWE_DEVICE_FNS(name) cpu::name, nullptr
+#endif
+
 /*! Whether a dtype is a supported high-precision element type (fp32, bf16, fp16). */
 inline bool is_high_precision(TweDType d) { return d == kTweFloat32 || d == kTweBFloat16 || d == kTweFloat16; }
 

@@ -45,6 +45,12 @@ TweTensorView to_view(nb::handle obj) {
   if (shape.size() > TWE_MAX_DIMS) throw nb::value_error("tensor rank above 8");
   v.ndim = static_cast<int32_t>(shape.size());
   for (size_t i = 0; i < shape.size(); ++i) v.shape[i] = nb::cast<int64_t>(shape[i]);
+  // An empty tensor may carry a null pointer: give it a non-null dummy so it counts as present
+  // (as the XLA FFI binding does).
+  static char empty_marker;
+  int64_t numel = 1;
+  for (int32_t i = 0; i < v.ndim; ++i) numel *= v.shape[i];
+  if (v.data == nullptr && numel == 0) v.data = &empty_marker;
   return v;
 }
 

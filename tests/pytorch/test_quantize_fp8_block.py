@@ -37,6 +37,15 @@ def test_quantize_fp8_block_matches_reference(q, shape, dtype, family):
     assert_quantized_equal(fields_as_numpy(qt), reference_quantize(x, q), f"{case_id(q)} {family} {dtype}")
 
 
+@pytest.mark.parametrize("q", FP8_BLOCK_QUANTIZERS[:2], ids=case_id)
+def test_quantize_fp8_block_large_input_matches_reference(q):
+    # 512K elements: the CPU kernels split the work over threads (csrc/internal/cpu.h parallel_for).
+    x = make_input("mixed_scales", (512, 1024), "bfloat16", seed=9)
+    qt = tep.quantize(to_torch(x), q)
+    assert_quantized_equal(fields_as_numpy(qt), reference_quantize(x, q), f"large {case_id(q)}")
+    check_dequantize_copies(_dequantize, from_torch, qt, reference_quantize(x, q), "float32")
+
+
 @pytest.mark.parametrize("dtype,inf_value", [("float32", 3.4028235e38), ("bfloat16", 3.3895314e38),
                                              ("float16", 65504.0)])
 @pytest.mark.parametrize("pow2", [False, True])

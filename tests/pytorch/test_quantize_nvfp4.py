@@ -55,6 +55,17 @@ def test_quantize_nvfp4_matches_reference(q, shape, dtype, family):
     assert_quantized_equal(fields_as_numpy(qt), expected, f"{case_id(q)} {family} {dtype}")
 
 
+@pytest.mark.parametrize("q", [te.NVFP4Quantizer(with_rht=True, stochastic_rounding=True),
+                               te.NVFP4Quantizer(with_2d_quantization=True)], ids=case_id)
+def test_quantize_nvfp4_large_input_matches_reference(q):
+    # 512K elements: the CPU kernels split the work over threads (csrc/internal/cpu.h parallel_for).
+    x = make_input("mixed_scales", (512, 1024), "bfloat16", seed=9)
+    qt = _quantize(x, q)
+    expected = reference_quantize(x, q, rng_for(q))
+    assert_quantized_equal(fields_as_numpy(qt), expected, f"large {case_id(q)}")
+    check_dequantize_copies(_dequantize, from_torch, qt, expected, "float32")
+
+
 @pytest.mark.parametrize("out_dtype", list(TORCH_DTYPES))
 @pytest.mark.parametrize("q", NVFP4_QUANTIZERS, ids=case_id)
 def test_dequantize_nvfp4_matches_reference(q, out_dtype):
@@ -237,6 +248,19 @@ def test_quantize_nvfp4_new_rng_value_does_not_recompile():
     x = torch.randn(16, 32)
     for offset in range(3):
         fn(x, torch.tensor([1, offset]))
+    assert counter.frame_count == 1
+
+
+def test_quantize_nvfp4_dynamic_batch_does_not_recompile():
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    q = te.NVFP4Quantizer(with_rht=True, stochastic_rounding=True)
+    fn = torch.compile(lambda x, rng: tep.dequantize(tep.quantize(x, q, rng=rng), torch.float32, columnwise=True),
+                       fullgraph=True, dynamic=True, backend=counter)
+    rng = torch.tensor([4, 2])
+    for rows in (32, 48, 96):
+        x = to_torch(make_input("normal_1", (rows, 64), "bfloat16", seed=rows))
+        eager = tep.dequantize(tep.quantize(x, q, rng=rng), torch.float32, columnwise=True)
+        assert_bytes_equal(from_torch(fn(x, rng)), from_torch(eager), f"dynamic rows={rows}")
     assert counter.frame_count == 1
 
 

@@ -376,6 +376,11 @@ TWE_HOST_DEVICE float nvfp4_global_encode_scale(float global_amax) {
   return s == 0.0f ? 1.0f : s;
 }
 
+/*! Global decode scale S_dec = 1 / S_enc (NUMERICS.md §7 step 2; the GEMM's final factor, §8). */
+TWE_HOST_DEVICE float nvfp4_global_decode_scale(float global_amax) {
+  return 1.0f / nvfp4_global_encode_scale(global_amax);
+}
+
 /*! fl(S_enc · fl(1/6)): the factor turning a block amax into its decode scale (formed first). */
 TWE_HOST_DEVICE float nvfp4_block_scale_factor(float s_enc) {
   constexpr float kInvE2M1Max = 1.0f / kE2M1Max;
@@ -474,6 +479,27 @@ TWE_HOST_DEVICE Philox4x32 sr_random_block(uint64_t group, uint32_t copy, uint32
 /*! Byte b (0..15) of a Philox output read as 16 little-endian bytes. */
 TWE_HOST_DEVICE uint8_t sr_random_byte(const Philox4x32& words, int b) {
   return static_cast<uint8_t>((words.x[b >> 2] >> (8 * (b & 3))) & 0xFFu);
+}
+
+// ---------------------------------------------------------------------------------------
+// MoE permutation sums (NUMERICS.md §10)
+// ---------------------------------------------------------------------------------------
+
+/*! One term of an unpermute / probs-gradient sum: fl(acc + fl(v · w)), never fused. */
+TWE_HOST_DEVICE float weighted_accumulate(float acc, float v, float w) {
+  const float product = v * w;
+  return acc + product;
+}
+
+// ---------------------------------------------------------------------------------------
+// GEMM block scaling (NUMERICS.md §8)
+// ---------------------------------------------------------------------------------------
+
+/*! A (K-block) partial sum scaled by the decode scales of its two operands, in this order:
+ *  fl(fl(partial · scale_inv_a) · scale_inv_b). */
+TWE_HOST_DEVICE float gemm_scale_partial(float partial, float scale_inv_a, float scale_inv_b) {
+  const float scaled_a = partial * scale_inv_a;
+  return scaled_a * scale_inv_b;
 }
 
 }  // namespace numerics

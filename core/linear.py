@@ -1,0 +1,105 @@
+"""What a recipe means for one Linear layer: the quantizer of each GEMM operand role and, for
+DelayedScaling, the state update parameters (NUMERICS.md §3, §8, §9). Shared by both
+frontends so they pick the same quantizers and raise the same errors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .ops.opdef import fail
+from .quantizers import Quantizer
+from .recipe import DelayedScaling, Recipe
+
+_OP = "linear"
+
+GEMM_SCALING_MODES = ("fp8_current", "fp8_delayed", "mxfp8", "fp8_block", "nvfp4")
+"""Quantizer families the GEMM serves (both operands of one GEMM must share one)."""
+
+_FAMILY = {"fp8_current": "fp8_per_tensor", "fp8_delayed": "fp8_per_tensor", "mxfp8": "mxfp8",
+           "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
+
+FWD_SLOTS = ("input", "weight")
+"""Columns of the forward delayed-scaling state (amax history (L, 2), scale (2,))."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearQuantizers:
+    """The quantizers of one Linear call under a recipe.
+
+    Attributes:
+        input / weight / grad_output: quantizer specs with both usages (rowwise for
+            fprop/dgrad, columnwise for dgrad/wgrad).
+        delayed: DelayedScaling: quantize with the state's scales and update the state.
+        margin, amax_compute_algo, amax_history_len: the DelayedScaling parameters.
+    """
+
+    input: Quantizer
+    weight: Quantizer
+    grad_output: Quantizer
+    delayed: bool = False
+    margin: int = 0
+    amax_compute_algo: str = "max"
+    amax_history_len: int = 1
+
+    @property
+    def fwd_fp8_dtype(self) -> str:
+        return getattr(self.input, "fp8_dtype", "e4m3")
+
+    @property
+    def bwd_fp8_dtype(self) -> str:
+        return getattr(self.grad_output, "fp8_dtype", "e5m2")
+
+    @property
+    def needs_rng(self) -> bool:
+        """The grad_output quantizer rounds stochastically: the call needs an rng [seed, offset]."""
+        return bool(getattr(self.grad_output, "stochastic_rounding", False))
+
+
+def linear_quantizers(recipe: Recipe) -> LinearQuantizers:
+    """The quantizers a Linear uses under `recipe` (called at each call, so the recipe in force
+    at that call decides).
+
+    Raises:
+        ValueError: a quantizer lacks the rowwise or the columnwise usage.
+        TypeError: the recipe is not a twinengine Recipe, or it gives quantizers the GEMM
+            cannot combine (different families, a format with no GEMM kernel yet, or delayed
+            quantizers from a CustomRecipe, which has no state parameters).
+    """
+    if not isinstance(recipe, Recipe):
+        fail(_OP, TypeError, f"recipe must be a twinengine.recipe.Recipe, got {type(recipe).__name__}")
+    roles = {role: recipe.quantizer(role) for role in ("input", "weight", "grad_output")}
+    delayed = isinstance(recipe, DelayedScaling)
+    for role, q in roles.items():
+        if not (q.rowwise and q.columnwise):
+            fail(_OP, ValueError, f"{type(recipe).__name__} gives the {role} a quantizer without both usages "
+                 f"(rowwise={q.rowwise}, columnwise={q.columnwise}); a trained Linear needs both")
+        if q.scaling_mode not in GEMM_SCALING_MODES:
+            fail(_OP, TypeError, f"{type(recipe).__name__} gives the {role} a {type(q).__name__}, which the GEMM does "
+                 f"not support (supported: per-tensor FP8 current/delayed scaling, MXFP8, FP8 block, NVFP4)")
+        if q.scaling_mode == "fp8_delayed" and not delayed:
+            fail(_OP, TypeError, f"{type(recipe).__name__} gives the {role} a Float8DelayedScalingQuantizer; delayed "
+                 "scaling needs the DelayedScaling recipe (it owns the amax history and scale state)")
+    families = {_FAMILY[q.scaling_mode] for q in roles.values()}
+    if len(families) != 1:
+        fail(_OP, TypeError, f"{type(recipe).__name__} mixes quantizer families across roles "
+             f"({', '.join(f'{r}={type(q).__name__}' for r, q in roles.items())}); every GEMM of a Linear "
+             "pairs two of them, so they must share one family")
+    if not delayed:
+        return LinearQuantizers(**roles)
+    return LinearQuantizers(**roles, delayed=True, margin=recipe.margin, amax_compute_algo=recipe.amax_compute_algo,
+                            amax_history_len=recipe.amax_history_len)
+
+
+def check_delayed_state(history_len: int, quantizers: LinearQuantizers) -> None:
+    """Raises ValueError when a layer's delayed-scaling state length differs from the recipe's."""
+    if history_len != quantizers.amax_history_len:
+        fail(_OP, ValueError, f"DelayedScaling(amax_history_len={quantizers.amax_history_len}) does not match the "
+             f"layer's delayed-scaling state of length {history_len}; create the layer (or its state) with "
+             f"amax_history_len={quantizers.amax_history_len}")
+
+
+def check_rng(quantizers: LinearQuantizers, has_rng: bool) -> None:
+    """Raises ValueError when stochastic rounding lacks an rng (NUMERICS.md §7 step 9)."""
+    if quantizers.needs_rng and not has_rng:
+        fail(_OP, ValueError, "the recipe's grad_output quantizer rounds stochastically and needs rng= (an integer "
+             "array [seed, offset] of shape (2,); twinengine.pytorch.Linear keeps one as its rng_state buffer)")

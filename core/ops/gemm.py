@@ -1,0 +1,187 @@
+"""The gemm family: one GEMM ``out = op(a) · op(b)ᵀ (+ bias)`` over quantized or
+high-precision operands (NUMERICS.md §8).
+
+An operand is a high-precision array or a :class:`QuantizedTensor`. ``*_columnwise=False``
+uses the operand as stored, logically ``(R, C)`` with the contraction over its last
+dimension C (the rowwise copy of a quantized tensor); ``*_columnwise=True`` uses its
+transpose ``(C, R)``, contracting over the flattened leading dimensions R (the columnwise
+copy). With ``x (M, K)``, ``w (N, K)``, ``dy (M, N)`` the three Linear GEMMs are
+``gemm(x, w)`` (fprop), ``gemm(dy, w, b_columnwise=True)`` (dgrad) and
+``gemm(dy, x, a_columnwise=True, b_columnwise=True)`` (wgrad).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dtypes import HIGH_PRECISION
+from ..quantized_tensor import QuantizedTensor
+from .opdef import KernelCall, OpDef, TensorSpec, fail, flatten_2d
+from .quantize import ArrayMeta
+
+_OP = "gemm"
+
+# scaling_mode -> TweGemmScaling code (csrc/include/twinengine/gemm.h). Keyed by string so
+# torch.compile traces the lookup.
+_SCALING_CODES = {"high_precision": 0, "fp8_current": 1, "fp8_delayed": 1, "mxfp8": 2, "fp8_block": 3, "nvfp4": 4}
+
+# scaling_mode -> whether the columnwise copy is stored transposed (K-major for the GEMM).
+_COLUMNWISE_TRANSPOSED = {"fp8_current": True, "fp8_delayed": True, "mxfp8": False, "fp8_block": True,
+                          "nvfp4": True}
+
+
+def _scaling_mode(x: Any) -> str:
+    return x.quantizer.scaling_mode if isinstance(x, QuantizedTensor) else "high_precision"
+
+
+def _logical_dims(x: Any, columnwise: bool) -> tuple[Any, Any]:
+    """(rows, K) of an operand as the GEMM uses it."""
+    rows, cols = flatten_2d(x.shape)
+    return (cols, rows) if columnwise else (rows, cols)
+
+
+def _check_operand(name: str, x: Any, columnwise: bool) -> None:
+    if isinstance(x, QuantizedTensor):
+        quantizer = x.quantizer
+        usage = "columnwise" if columnwise else "rowwise"
+        if quantizer is None or quantizer.scaling_mode not in _COLUMNWISE_TRANSPOSED:
+            fail(_OP, TypeError, f"{name}: no GEMM kernel for quantizer {quantizer!r}")
+        if not getattr(quantizer, usage) or getattr(x, f"{usage}_data") is None:
+            fail(_OP, ValueError, f"{name} has no {usage} copy (its quantizer was made with {usage}=False), "
+                 f"but the GEMM needs it ({name}_columnwise={columnwise})")
+    elif isinstance(x, ArrayMeta):
+        if x.dtype not in HIGH_PRECISION:
+            fail(_OP, TypeError, f"{name} must be float32, bfloat16 or float16 (or a QuantizedTensor), got {x.dtype}")
+    else:
+        fail(_OP, TypeError, f"{name} must be an array or a twinengine QuantizedTensor, got {type(x).__name__}")
+    if len(x.shape) < 1:
+        fail(_OP, ValueError, f"{name} must have rank >= 1, got a 0-d array")
+
+
+def _block_2d(x: Any) -> bool:
+    return _scaling_mode(x) == "fp8_block" and x.quantizer.block_scaling_dim == 2
+
+
+def _hadamard(x: Any, columnwise: bool) -> bool:
+    """Whether the copy used is an NVFP4 columnwise copy made with the random Hadamard transform."""
+    return columnwise and _scaling_mode(x) == "nvfp4" and x.quantizer.with_rht
+
+
+def _validate(a: Any, b: Any, bias: ArrayMeta | None = None, *, a_columnwise: bool = False,
+              b_columnwise: bool = False, out_dtype: str = "float32") -> None:
+    _check_operand("a", a, a_columnwise)
+    _check_operand("b", b, b_columnwise)
+    mode_a, mode_b = _scaling_mode(a), _scaling_mode(b)
+    if _SCALING_CODES[mode_a] != _SCALING_CODES[mode_b]:
+        fail(_OP, TypeError, f"a and b must use the same format, got {mode_a} and {mode_b}")
+    if _block_2d(a) and _block_2d(b):
+        fail(_OP, ValueError, "FP8 block GEMMs need at least one 1D (1x128) operand; both a and b are 2D (128x128) "
+             "(NUMERICS.md §9)")
+    if _hadamard(a, a_columnwise) != _hadamard(b, b_columnwise):
+        fail(_OP, ValueError, "the random Hadamard transform must apply to both operands' contraction dimension or to "
+             f"neither; a uses {'an RHT' if _hadamard(a, a_columnwise) else 'a plain'} copy, b "
+             f"{'an RHT' if _hadamard(b, b_columnwise) else 'a plain'} copy (RHT is only on NVFP4 columnwise copies)")
+    m, k_a = _logical_dims(a, a_columnwise)
+    n, k_b = _logical_dims(b, b_columnwise)
+    if k_a != k_b:
+        fail(_OP, ValueError, f"a and b disagree on the contraction dimension: a {tuple(a.shape)} "
+             f"(columnwise={a_columnwise}) gives K={k_a}, b {tuple(b.shape)} (columnwise={b_columnwise}) gives K={k_b}")
+    if out_dtype not in HIGH_PRECISION:
+        fail(_OP, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
+    if bias is not None:
+        if bias.dtype not in HIGH_PRECISION:
+            fail(_OP, TypeError, f"bias must be float32, bfloat16 or float16, got {bias.dtype}")
+        if tuple(bias.shape) != (n,):
+            fail(_OP, ValueError, f"bias must have shape ({n},), got {tuple(bias.shape)}")
+
+
+def _k_major(x: Any, columnwise: bool) -> bool:
+    mode = _scaling_mode(x)
+    if mode == "high_precision" or not columnwise:
+        return not columnwise
+    return _COLUMNWISE_TRANSPOSED[mode]
+
+
+def _infer(a: Any, b: Any, bias: ArrayMeta | None = None, *, a_columnwise: bool = False,
+           b_columnwise: bool = False, out_dtype: str = "float32") -> KernelCall:
+    scaling = _SCALING_CODES[_scaling_mode(a)]
+    inputs: list[str] = []
+    for name in ("a", "b"):
+        inputs.append(f"{name}_data")
+        if scaling:
+            inputs.append(f"{name}_scale_inv")
+        if scaling == _SCALING_CODES["nvfp4"]:
+            inputs.append(f"{name}_amax")
+    if bias is not None:
+        inputs.append("bias")
+    m, _ = _logical_dims(a, a_columnwise)
+    n, _ = _logical_dims(b, b_columnwise)
+    return KernelCall(
+        op="gemm",
+        inputs=tuple(inputs),
+        outputs=(TensorSpec("out", (m, n), out_dtype),),
+        attrs=(("scaling", scaling), ("a_k_major", int(_k_major(a, a_columnwise))),
+               ("b_k_major", int(_k_major(b, b_columnwise))), ("a_block_2d", int(_block_2d(a))),
+               ("b_block_2d", int(_block_2d(b))), ("has_bias", int(bias is not None))),
+    )
+
+
+GEMM = OpDef(
+    name="gemm",
+    args=("a", "b", "bias"),
+    attrs=("a_columnwise", "b_columnwise", "out_dtype"),
+    validate=_validate,
+    infer=_infer,
+)
+"""gemm(a, b, bias=None, *, a_columnwise, b_columnwise, out_dtype) -> out (M, N).
+
+Shapes: op(a) (M, K), op(b) (N, K) after flattening leading dimensions; bias (N,).
+Dtypes: operands both high precision (fp32/bf16/fp16, mixable) or both quantized with the
+    same format family (per-tensor FP8 current/delayed, MXFP8, FP8 block, NVFP4; E4M3/E5M2
+    mixable); out fp32 / bf16 / fp16.
+Numerics: NUMERICS.md §8 — fp32 accumulation; per-tensor FP8 scales the full sum,
+    fl(fl(Σ) · s_inv_a) · s_inv_b; block formats (MXFP8 32, FP8 block 128, NVFP4 16 along K)
+    scale each K-block's partial sum by its two block scales and accumulate the blocks in fp32
+    in K order; NVFP4 then multiplies by S_dec_a, S_dec_b; bias added in fp32, one final
+    rounding to out_dtype.
+Raises:
+    TypeError: operand kinds/formats/dtypes not supported or mixed.
+    ValueError: missing usage copy, K mismatch, bias shape, two 2D FP8-block operands, an RHT
+        copy paired with a plain one.
+"""
+
+
+def copy_arrays(x: QuantizedTensor, columnwise: bool) -> tuple[Any, Any, Any]:
+    """(data, scale_inv, amax) of the copy the GEMM uses (amax: that copy's NVFP4 global amax)."""
+    if columnwise:
+        return x.columnwise_data, x.columnwise_scale_inv, x.columnwise_amax
+    return x.rowwise_data, x.rowwise_scale_inv, x.amax
+
+
+def gemm_arrays(a: Any, b: Any, bias: Any, a_columnwise: bool, b_columnwise: bool) -> dict[str, Any]:
+    """The kernel inputs by KernelCall input name, from frontend arrays / QuantizedTensors."""
+    arrays = {"bias": bias}
+    for name, x, columnwise in (("a", a, a_columnwise), ("b", b, b_columnwise)):
+        if isinstance(x, QuantizedTensor):
+            arrays[f"{name}_data"], arrays[f"{name}_scale_inv"], arrays[f"{name}_amax"] = copy_arrays(x, columnwise)
+        else:
+            arrays[f"{name}_data"] = x
+    return arrays
+
+
+def gemm_operand(data: Any, scale_inv: Any, quantizer: Any, columnwise: bool, amax: Any = None) -> QuantizedTensor:
+    """The QuantizedTensor view of one stored copy (data, scale_inv, NVFP4 amax) of a quantized operand.
+
+    Shapes: the logical 2-D-flattenable shape is recovered from the stored data: a transposed
+    columnwise copy (K, R) stands for an (R, K) tensor; other copies keep the data's shape;
+    NVFP4 packs two elements a byte along its last stored dimension.
+    """
+    shape = tuple(data.shape)
+    if quantizer.scaling_mode == "nvfp4":
+        shape = shape[:-1] + (shape[-1] * 2,)
+    if columnwise and _COLUMNWISE_TRANSPOSED.get(quantizer.scaling_mode, False):
+        shape = (shape[1], shape[0])
+    prefix = "columnwise" if columnwise else "rowwise"
+    amax_field = "columnwise_amax" if columnwise else "amax"
+    return QuantizedTensor(**{f"{prefix}_data": data, f"{prefix}_scale_inv": scale_inv, amax_field: amax},
+                           quantizer=quantizer, shape=shape)

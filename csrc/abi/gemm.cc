@@ -1,0 +1,114 @@
+// C ABI of the gemm family: argument checks, then dispatch to the CPU or CUDA kernel.
+#include <climits>
+#include <string>
+
+#include "internal/gemm.h"
+
+namespace twe {
+namespace {
+
+bool is_fp8(TweDType d) { return d == kTweFloat8E4M3 || d == kTweFloat8E5M2; }
+
+/*! (rows, K) of an operand from its stored 2-D shape (NVFP4 packs two K elements a byte). */
+void operand_dims(const TweGemmOperand& op, TweGemmScaling scaling, int64_t* rows_out, int64_t* k_out) {
+  const int64_t r = rows(op.data), c = cols(op.data) * (scaling == kTweGemmNVFP4 ? 2 : 1);
+  *rows_out = op.k_major ? r : c;
+  *k_out = op.k_major ? c : r;
+}
+
+TweStatus check_operand(const TweGemmOperand* op, const char* name, TweGemmScaling scaling, TweDevice device) {
+  const std::string n(name);
+  if (!op || !present(&op->data)) return fail(kTweInvalidArgument, n + " data is missing");
+  if (op->data.device != device) return fail(kTweInvalidArgument, n + " is on a different device than out");
+  if (op->data.ndim < 1) return fail(kTweInvalidArgument, n + " data must have rank >= 1");
+  if (scaling == kTweGemmHighPrecision) {
+    if (!is_high_precision(op->data.dtype)) {
+      return fail(kTweInvalidArgument, n + " data must be float32, bfloat16 or float16, got " +
+                                           dtype_name(op->data.dtype));
+    }
+    if (present(&op->scale_inv)) return fail(kTweInvalidArgument, n + ": high-precision operands take no scale_inv");
+    return kTweSuccess;
+  }
+  const bool nvfp4 = scaling == kTweGemmNVFP4;
+  if (nvfp4 ? op->data.dtype != kTweUInt8 : !is_fp8(op->data.dtype)) {
+    return fail(kTweInvalidArgument, n + (nvfp4 ? " data must be uint8 (packed E2M1)" : " data must be float8_e4m3fn "
+                                          "or float8_e5m2") + ", got " + dtype_name(op->data.dtype));
+  }
+  int64_t r, k;
+  operand_dims(*op, scaling, &r, &k);
+  const std::string scale_name = n + " scale_inv";
+  if (scaling != kTweGemmMXFP8 && !op->k_major) {
+    return fail(kTweInvalidArgument, n + ": per-tensor FP8, FP8 block and NVFP4 operands must be K-major");
+  }
+  switch (scaling) {
+    case kTweGemmFP8PerTensor:
+      return check_view(&op->scale_inv, scale_name.c_str(), kTweFloat32, -1, 1, device);
+    case kTweGemmMXFP8:
+      if (r % 32 != 0 || k % 32 != 0) {
+        return fail(kTweInvalidArgument, n + ": MXFP8 operands need rows and K divisible by 32, got data " +
+                                             shape_string(op->data));
+      }
+      return op->k_major
+                 ? check_view(&op->scale_inv, scale_name.c_str(), kTweUInt8, round_up(r, 128), round_up(k / 32, 4), device)
+                 : check_view(&op->scale_inv, scale_name.c_str(), kTweUInt8, round_up(k / 32, 4), round_up(r, 128), device);
+    case kTweGemmFP8Block:
+      return op->block_2d ? check_view(&op->scale_inv, scale_name.c_str(), kTweFloat32, ceil_div(r, 128),
+                                       round_up(ceil_div(k, 128), 4), device)
+                          : check_view(&op->scale_inv, scale_name.c_str(), kTweFloat32, ceil_div(k, 128),
+                                       round_up(r, 4), device);
+    default: {
+      const std::string amax_name = n + " amax";
+      TweStatus st = check_view(&op->scale_inv, scale_name.c_str(), kTweUInt8, round_up(r, 128),
+                                round_up(ceil_div(k, 16), 4), device);
+      return st ? st : check_view(&op->amax, amax_name.c_str(), kTweFloat32, -1, 1, device);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace twe
+
+using namespace twe;
+
+extern "C" {
+
+TweStatus twe_gemm(const TweGemmOperand* a, const TweGemmOperand* b, const TweTensorView* bias, TweTensorView* out,
+                   const TweGemmParams* params, void* stream) {
+  if (!params) return fail(kTweInvalidArgument, "params must not be NULL");
+  if (!present(out)) return fail(kTweInvalidArgument, "out is missing");
+  if (!is_high_precision(out->dtype)) {
+    return fail(kTweInvalidArgument, std::string("out must be float32, bfloat16 or float16, got ") +
+                                         dtype_name(out->dtype));
+  }
+  const TweGemmScaling scaling = params->scaling;
+  if (scaling < kTweGemmHighPrecision || scaling > kTweGemmNVFP4) {
+    return fail(kTweInvalidArgument, "unknown GEMM scaling mode " + std::to_string(static_cast<int>(scaling)));
+  }
+  const TweDevice dev = out->device;
+  TweStatus st = check_operand(a, "a", scaling, dev);
+  if (st) return st;
+  if ((st = check_operand(b, "b", scaling, dev))) return st;
+  if (scaling == kTweGemmFP8Block && a->block_2d && b->block_2d) {
+    return fail(kTweInvalidArgument, "FP8 block GEMMs need at least one 1D (1x128) operand; both are 2D (128x128)");
+  }
+  int64_t m, ka, n, kb;
+  operand_dims(*a, scaling, &m, &ka);
+  operand_dims(*b, scaling, &n, &kb);
+  if (ka != kb) {
+    return fail(kTweInvalidArgument, "a and b disagree on K: a data " + shape_string(a->data) + " (k_major=" +
+                                         std::to_string(a->k_major) + "), b data " + shape_string(b->data) +
+                                         " (k_major=" + std::to_string(b->k_major) + ")");
+  }
+  if (m > INT_MAX || n > INT_MAX || ka > INT_MAX) return fail(kTweInvalidArgument, "GEMM dimensions must be < 2^31");
+  if ((st = check_view(out, "out", out->dtype, m, n, dev))) return st;
+  const bool has_bias = present(bias);
+  if (has_bias) {
+    if (!is_high_precision(bias->dtype)) return fail(kTweInvalidArgument, "bias must be float32, bfloat16 or float16");
+    if ((st = check_view(bias, "bias", bias->dtype, -1, n, dev))) return st;
+  }
+  GemmArgs args{a, b, has_bias ? bias : nullptr, out, scaling, m, n, ka, stream};
+  st = run_on_device(dev, args, TWE_DEVICE_FNS(gemm));
+  return st ? st : succeed();
+}
+
+}  // extern "C"

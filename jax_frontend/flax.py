@@ -1,0 +1,74 @@
+"""twinengine.jax.flax: Flax (linen) modules over twinengine.jax.dense.
+
+Parameters live in the ``"params"`` collection as usual. DelayedScaling state (NUMERICS.md §3)
+lives in the ``"fp8_meta"`` collection. ``dense``'s contract carries over: the gradient of the
+loss with respect to ``"fp8_meta"`` *is* the next state (forward slots updated by the forward
+pass, the grad slot by the backward pass), so a training step differentiates with respect to
+both collections and replaces the state with its gradient, never feeding it to the optimizer::
+
+    def loss_fn(params, fp8_meta):
+        y = model.apply({"params": params, "fp8_meta": fp8_meta}, x)
+        return jnp.mean((y - target) ** 2)
+
+    loss, (param_grads, next_fp8_meta) = jax.value_and_grad(loss_fn, argnums=(0, 1))(params, fp8_meta)
+    updates, opt_state = optimizer.update(param_grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    fp8_meta = next_fp8_meta
+
+Importing this module needs flax; ``import twinengine.jax`` alone does not.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from ..linear import linear_quantizers
+from ..recipe import DelayedScaling, Recipe
+from .autocast import current_recipe
+from .ops.dense import delayed_scaling_state, dense
+
+FP8_META = "fp8_meta"
+"""Variable collection holding each Dense's DelayedScaling state."""
+
+
+class Dense(nn.Module):
+    """y = x · kernel + bias, quantized by `recipe` (or the innermost ``twinengine.jax.autocast``
+    region when `recipe` is None); high precision when neither gives a recipe.
+
+    Shapes: x (..., K) -> y (..., features); kernel (K, features); bias (features,).
+    Dtypes: parameters in `param_dtype`; x's dtype is the compute and output dtype (the
+        kernel is cast to it, as flax.linen.Dense does).
+    Numerics: exactly ``twinengine.jax.dense`` (bit-identical to twinengine.pytorch.Linear).
+    Randomness: recipes with stochastic rounding (NVFP4 gradients) take ``rng`` (uint32 [seed,
+        offset]) from the call, or draw one from the module's ``"stochastic_rounding"`` RNG stream.
+    Raises:
+        TypeError / ValueError: unsupported recipe, as ``dense``.
+    """
+
+    features: int
+    use_bias: bool = True
+    recipe: Recipe | None = None
+    param_dtype: Any = jnp.float32
+    kernel_init: Callable = nn.initializers.lecun_normal()
+    bias_init: Callable = nn.initializers.zeros_init()
+
+    @nn.compact
+    def __call__(self, x, rng=None):
+        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), self.param_dtype)
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+        kernel = kernel.astype(x.dtype)
+        bias = None if bias is None else bias.astype(x.dtype)
+        recipe = self.recipe if self.recipe is not None else current_recipe()
+        if recipe is None:
+            return dense(x, kernel, bias)
+        if rng is None and linear_quantizers(recipe).needs_rng:
+            rng = jax.random.bits(self.make_rng("stochastic_rounding"), (2,), jnp.uint32)
+        if isinstance(recipe, DelayedScaling):
+            state = self.variable(FP8_META, "delayed_scaling", delayed_scaling_state, recipe.amax_history_len)
+            y, _ = dense(x, kernel, bias, recipe=recipe, state=state.value, rng=rng)
+            return y
+        return dense(x, kernel, bias, recipe=recipe, rng=rng)

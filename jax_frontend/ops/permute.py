@@ -1,0 +1,212 @@
+"""MoE token permutation for JAX over XLA FFI calls, custom_vjp-differentiable (NUMERICS.md §10).
+Shapes, checks and errors come from core/ops/permute.py; output sizes are static."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...ops.permute import (
+    CHUNK_MAP,
+    PERMUTE,
+    PERMUTE_BWD,
+    ROW_ID_MAP,
+    UNPERMUTE,
+    UNPERMUTE_BWD,
+    check_chunk_values,
+    check_quantized_input,
+    check_routing_values,
+    quantized_row_fields,
+    reject_quantized,
+    resolve_num_out_tokens,
+    unpermute_num_tokens,
+)
+from ...ops.quantize import ArrayMeta
+from ...quantized_tensor import ARRAY_FIELDS, QuantizedTensor
+from .._library import ffi, meta
+
+
+# ---- differentiable kernels ------------------------------------------------------------------
+
+def _permute_call(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_rows):
+    call = PERMUTE.plan(meta(inp), meta(row_id_map), meta(probs), num_tokens, num_out_tokens, map_type, out_rows)
+    arrays = {"inp": inp, "row_id_map": row_id_map, "probs": probs}
+    out, *permuted_probs = ffi(call, [arrays[name] for name in call.inputs])
+    return out, (permuted_probs[0] if probs is not None else None)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def _permute(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_rows):
+    return _permute_call(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_rows)
+
+
+def _permute_fwd(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_rows):
+    return _permute_call(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_rows), row_id_map
+
+
+def _permute_bwd(num_tokens, num_out_tokens, map_type, out_rows, row_id_map, grads):
+    grad_out, grad_pp = grads
+    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_pp), num_tokens, map_type)
+    arrays = {"grad_out": grad_out, "row_id_map": row_id_map, "grad_permuted_probs": grad_pp}
+    grad_inp, *grad_probs = ffi(call, [arrays[name] for name in call.inputs])
+    return grad_inp, None, (grad_probs[0] if grad_pp is not None else None)
+
+
+_permute.defvjp(_permute_fwd, _permute_bwd)
+
+
+def _unpermute_call(y, row_id_map, merging_probs, num_tokens, map_type):
+    call = UNPERMUTE.plan(meta(y), meta(row_id_map), meta(merging_probs), num_tokens, map_type)
+    arrays = {"y": y, "row_id_map": row_id_map, "merging_probs": merging_probs}
+    return ffi(call, [arrays[name] for name in call.inputs])[0]
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _unpermute(y, row_id_map, merging_probs, num_tokens, map_type):
+    return _unpermute_call(y, row_id_map, merging_probs, num_tokens, map_type)
+
+
+def _unpermute_fwd(y, row_id_map, merging_probs, num_tokens, map_type):
+    return _unpermute_call(y, row_id_map, merging_probs, num_tokens, map_type), (y, row_id_map, merging_probs)
+
+
+def _unpermute_bwd(num_tokens, map_type, residuals, grad_out):
+    y, row_id_map, merging_probs = residuals
+    call = UNPERMUTE_BWD.plan(meta(grad_out), meta(y), meta(row_id_map), meta(merging_probs), map_type)
+    arrays = {"grad_out": grad_out, "y": y, "row_id_map": row_id_map, "merging_probs": merging_probs}
+    grad_y, *grad_probs = ffi(call, [arrays[name] for name in call.inputs])
+    return grad_y, None, (grad_probs[0] if merging_probs is not None else None)
+
+
+_unpermute.defvjp(_unpermute_fwd, _unpermute_bwd)
+
+
+# ---- public API ------------------------------------------------------------------------------
+
+def _inspectable(x) -> bool:
+    """Values can be read without tracing or a device transfer: concrete and on the CPU."""
+    return not isinstance(x, jax.core.Tracer) and all(d.platform == "cpu" for d in x.devices())
+
+
+def _routing_map(op: str, routing_map, map_type: str):
+    """A bool mask as uint8; routing values checked when inspectable."""
+    routing_map = jnp.asarray(routing_map)
+    if routing_map.dtype == jnp.bool_:
+        routing_map = routing_map.astype(jnp.uint8)
+    if _inspectable(routing_map) and routing_map.size > 0:
+        values = np.asarray(routing_map)
+        check_routing_values(op, map_type, int(values.min()), int(values.max()))
+    return routing_map
+
+
+def _permute_rows(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type: str, op: str):
+    """(permuted inp, permuted probs or None): plain arrays, or the rows of a QuantizedTensor
+    with their row scales."""
+    if not isinstance(inp, QuantizedTensor):
+        inp = jnp.asarray(inp)
+        PERMUTE.validate(meta(inp), meta(row_id_map), meta(probs), num_tokens, num_out_tokens, map_type)
+        return _permute(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, None)
+    check_quantized_input(op, inp)
+    fields = {name: getattr(inp, name) for name in ARRAY_FIELDS}
+    permuted_probs = None
+    for name, rows, transposed in quantized_row_fields(inp, num_out_tokens):
+        array = fields[name].T if transposed else fields[name]
+        PERMUTE.validate(meta(array), meta(row_id_map), meta(probs), num_tokens, num_out_tokens, map_type, rows)
+        moved, moved_probs = _permute_call(array, row_id_map, probs, num_tokens, num_out_tokens, map_type, rows)
+        fields[name] = moved.T if transposed else moved
+        if probs is not None:
+            permuted_probs, probs = moved_probs, None
+    qt = QuantizedTensor(**fields, quantizer=inp.quantizer, shape=(num_out_tokens, inp.shape[1]), dtype=inp.dtype)
+    return qt, permuted_probs
+
+
+def _permute_with_map(op: str, inp, probs, routing_map, num_out_tokens: int, map_type: str):
+    routing_map = _routing_map(op, routing_map, map_type)
+    probs = None if probs is None else jnp.asarray(probs)
+    traced = isinstance(routing_map, jax.core.Tracer)
+    count_routed = None if traced else (lambda: int(np.count_nonzero(np.asarray(routing_map))))
+    num_out = resolve_num_out_tokens(op, map_type, meta(routing_map), num_out_tokens, count_routed)
+    map_call = ROW_ID_MAP.plan(meta(routing_map), num_out, map_type)
+    map_spec = map_call.outputs[0]
+    num_tokens = routing_map.shape[0]
+    PERMUTE.validate(ArrayMeta(tuple(inp.shape[:1]) + (1,), "float32"), ArrayMeta(map_spec.shape, map_spec.dtype),
+                     meta(probs), num_tokens, num_out, map_type)
+    row_id_map = ffi(map_call, [routing_map])[0]
+    out, permuted_probs = _permute_rows(inp, row_id_map, probs, num_tokens, num_out, map_type, op)
+    return out, permuted_probs, row_id_map
+
+
+def moe_permute(inp, routing_map, num_out_tokens: int = -1, map_type: str = "mask"):
+    """Permutes token rows into expert-major order (NUMERICS.md §10); jit- and grad-clean.
+
+    Shapes: inp (T, H) or a rowwise QuantizedTensor; routing_map (T, topK) expert ids (index
+        map) or (T, E) 0/1 (mask map); returns (output (num_out_tokens, H), row_id_map).
+    Numerics: as ``twinengine.pytorch.moe_permute`` (same kernels, same bytes). Output sizes
+        are static: num_out_tokens is a Python int; num_out_tokens <= 0 means T·topK for the
+        index map and, for the mask map, a count of the routing map that only a concrete
+        (non-traced) routing map allows.
+    Raises:
+        TypeError / ValueError: shared core checks, including a missing num_out_tokens for a
+            traced mask map; for concrete CPU arrays also expert ids < 0 or mask values
+            outside {0, 1} (inside jit such pairs are dropped).
+    """
+    out, _, row_id_map = _permute_with_map("moe_permute", inp, None, routing_map, num_out_tokens, map_type)
+    return out, row_id_map
+
+
+def moe_permute_with_probs(inp, probs, routing_map, num_out_tokens: int = -1, map_type: str = "mask"):
+    """moe_permute that also permutes ``probs``: returns (output, permuted_probs, row_id_map).
+
+    Shapes: probs (T, E) mask map, (T, topK) index map; permuted_probs (num_out_tokens,).
+    Numerics: as ``twinengine.pytorch.moe_permute_with_probs``; differentiable in inp and probs.
+    """
+    return _permute_with_map("moe_permute_with_probs", inp, probs, routing_map, num_out_tokens, map_type)
+
+
+def moe_unpermute(inp, row_id_map, merging_probs=None, restore_shape: Sequence[int] | None = None,
+                  map_type: str = "mask"):
+    """Gathers permuted rows back to tokens and sums each token's copies (NUMERICS.md §10).
+
+    Shapes / Numerics: as ``twinengine.pytorch.moe_unpermute`` (same kernel, same bytes);
+        differentiable in inp and merging_probs.
+    Raises:
+        TypeError / ValueError: shared core checks.
+    """
+    op = "moe_unpermute"
+    if isinstance(inp, QuantizedTensor):
+        reject_quantized(op)
+    inp = jnp.asarray(inp)
+    num_tokens = unpermute_num_tokens(op, map_type, meta(inp), meta(row_id_map), meta(merging_probs), restore_shape)
+    UNPERMUTE.validate(meta(inp), meta(row_id_map), meta(merging_probs), num_tokens, map_type)
+    out = _unpermute(inp, row_id_map, merging_probs, num_tokens, map_type)
+    return out if restore_shape is None else out.reshape(tuple(restore_shape))
+
+
+def _sort_chunks(op: str, inp, probs, split_sizes, sorted_index):
+    split_sizes = jnp.asarray(split_sizes).astype(jnp.int32)
+    sorted_index = jnp.asarray(sorted_index).astype(jnp.int32)
+    num_tokens = inp.shape[0]
+    CHUNK_MAP.validate(meta(split_sizes), meta(sorted_index), num_tokens)
+    if _inspectable(split_sizes) and _inspectable(sorted_index):
+        check_chunk_values(op, np.asarray(split_sizes).tolist(), np.asarray(sorted_index).tolist(), num_tokens)
+    row_id_map = ffi(CHUNK_MAP.infer(meta(split_sizes), meta(sorted_index), num_tokens), [split_sizes, sorted_index])[0]
+    probs = None if probs is None else jnp.asarray(probs).reshape(num_tokens, 1)
+    return _permute_rows(inp, row_id_map, probs, num_tokens, num_tokens, "index", op)
+
+
+def moe_sort_chunks_by_index(inp, split_sizes, sorted_index):
+    """Reorders the row chunks of ``inp`` (sizes ``split_sizes``) as ``sorted_index`` says.
+
+    Numerics / Raises: as ``twinengine.pytorch.moe_sort_chunks_by_index``.
+    """
+    out, _ = _sort_chunks("moe_sort_chunks_by_index", inp, None, split_sizes, sorted_index)
+    return out
+
+
+def moe_sort_chunks_by_index_with_probs(inp, probs, split_sizes, sorted_index):
+    """moe_sort_chunks_by_index that also reorders ``probs`` (N,): returns (output, permuted_probs)."""
+    return _sort_chunks("moe_sort_chunks_by_index_with_probs", inp, probs, split_sizes, sorted_index)

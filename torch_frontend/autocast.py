@@ -1,0 +1,54 @@
+"""twinengine.pytorch.autocast: the recipe in force for twinengine layers, usable inside
+torch.compile(fullgraph=True) code.
+
+The state is a stack held in plain instance attributes of one module-level object (never
+class attributes), so Dynamo traces entering and leaving regions as ordinary side effects.
+Layers read the innermost region's recipe when they are called; the backward pass uses the
+quantizers chosen in the forward, so nested regions route each layer's own recipe to both.
+"""
+
+from __future__ import annotations
+
+from ..recipe import Recipe
+
+
+class _AutocastState:
+    """The stack of active regions: each entry is a Recipe, or None for a disabled region."""
+
+    def __init__(self) -> None:
+        self.stack: list[Recipe | None] = []
+
+
+_STATE = _AutocastState()
+
+
+def current_recipe() -> Recipe | None:
+    """The innermost active region's recipe, or None (high precision) outside any region or in
+    a disabled one."""
+    return _STATE.stack[-1] if _STATE.stack else None
+
+
+class autocast:
+    """Context manager: twinengine layers called inside quantize with `recipe`.
+
+    ``autocast(enabled=False)`` runs them in high precision (also inside an enabled region).
+    Regions nest; the innermost wins.
+
+    Raises:
+        TypeError: enabled without a twinengine Recipe.
+    """
+
+    def __init__(self, enabled: bool = True, recipe: Recipe | None = None) -> None:
+        if enabled and not isinstance(recipe, Recipe):
+            raise TypeError(f"twinengine.pytorch.autocast: enabled=True needs recipe= a twinengine.recipe.Recipe, "
+                            f"got {type(recipe).__name__}")
+        self.enabled = enabled
+        self.recipe = recipe
+
+    def __enter__(self) -> "autocast":
+        _STATE.stack.append(self.recipe if self.enabled else None)
+        return self
+
+    def __exit__(self, *exc_info: object) -> bool:
+        _STATE.stack.pop()
+        return False

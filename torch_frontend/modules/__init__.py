@@ -1,0 +1,1 @@
+"""twinengine.pytorch modules."""

@@ -1,0 +1,191 @@
+"""torch.ops.twinengine.linear / linear_quantized: y = x · wᵀ + b with register_autograd.
+
+The forward quantizes x and w (or takes a pre-quantized w), runs the fprop GEMM and returns
+the columnwise copies the backward needs; the backward quantizes dy, runs the dgrad and
+wgrad GEMMs and reduces the bias gradient with the same GEMM kernel (so both frontends give
+identical bytes). With DelayedScaling the forward uses the given scales and returns the two
+amaxes; the backward quantizes dy with the grad-slot scale and updates the grad-slot amax
+history and scale in place (NUMERICS.md §3, §8)."""
+
+from __future__ import annotations
+
+import torch
+
+from ...linear import check_delayed_state, check_rng, linear_quantizers
+from ...ops.gemm import gemm_operand
+from ...quantized_tensor import QuantizedTensor
+from ...quantizers import Quantizer
+from ..autocast import current_recipe
+from .gemm import gemm
+from .quantize import quantize, record_amax, update_delayed_scaling
+
+
+def _bias_grad(dy2: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Σ_rows dy as the GEMM ones(1, M) · dy (fp32 accumulation, one rounding)."""
+    ones = torch.ones(1, dy2.shape[0], dtype=dy2.dtype, device=dy2.device)
+    return gemm(ones, dy2, b_columnwise=True, out_dtype=dtype).reshape(dy2.shape[1])
+
+
+# ---- high precision ---------------------------------------------------------------------
+
+@torch.library.custom_op("twinengine::linear", mutates_args=())
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    y = gemm(x.reshape(-1, x.shape[-1]), weight, bias, out_dtype=x.dtype)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+@_linear.register_fake
+def _(x, weight, bias):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+def _linear_setup(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _linear_backward(ctx, dy):
+    x, weight = ctx.saved_tensors
+    dy2 = dy.reshape(-1, dy.shape[-1])
+    x2 = x.reshape(-1, x.shape[-1])
+    dx = gemm(dy2, weight, b_columnwise=True, out_dtype=x.dtype).reshape(x.shape)
+    dw = gemm(dy2, x2, a_columnwise=True, b_columnwise=True, out_dtype=weight.dtype)
+    db = None if ctx.bias_dtype is None else _bias_grad(dy2, ctx.bias_dtype)
+    return dx, dw, db
+
+
+_linear.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
+# ---- quantized --------------------------------------------------------------------------
+
+def _linear_quantized_body(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+    w_rowwise_data: torch.Tensor | None, w_rowwise_scale_inv: torch.Tensor | None,
+    w_columnwise_data: torch.Tensor | None, w_columnwise_scale_inv: torch.Tensor | None,
+    input_quantizer: Quantizer, weight_quantizer: Quantizer, grad_quantizer: Quantizer,
+    fwd_scale: torch.Tensor | None, bwd_scale: torch.Tensor | None, bwd_amax_history: torch.Tensor | None,
+    rng: torch.Tensor | None, margin: int, amax_compute_algo: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+           torch.Tensor]:
+    delayed = fwd_scale is not None
+    x2 = x.reshape(-1, x.shape[-1])
+    qx = quantize(x2, input_quantizer, scale=fwd_scale[0:1] if delayed else None)
+    if weight is not None:
+        qw = quantize(weight, weight_quantizer, scale=fwd_scale[1:2] if delayed else None)
+        w_amax = qw.amax
+    else:
+        qw = QuantizedTensor(rowwise_data=w_rowwise_data, rowwise_scale_inv=w_rowwise_scale_inv,
+                             columnwise_data=w_columnwise_data, columnwise_scale_inv=w_columnwise_scale_inv,
+                             quantizer=weight_quantizer, shape=tuple(w_rowwise_data.shape))
+        w_amax = None
+    y = gemm(qx, qw, bias, out_dtype=x.dtype).reshape(*x.shape[:-1], qw.shape[0])
+    zero = torch.zeros(1, dtype=torch.float32, device=x.device)
+    amax = torch.cat([qx.amax if delayed else zero, w_amax if delayed and w_amax is not None else zero])
+    x_col_amax = qx.columnwise_amax if qx.columnwise_amax is not None else zero.clone()
+    if weight is None:  # the backward reads the given copies (an op must not return its inputs)
+        empty = [torch.empty(0, dtype=t.dtype, device=x.device) for t in (w_columnwise_data, w_columnwise_scale_inv)]
+        return y, qx.columnwise_data, qx.columnwise_scale_inv, empty[0], empty[1], x_col_amax, zero.clone(), amax
+    w_col_amax = qw.columnwise_amax if qw.columnwise_amax is not None else zero.clone()
+    return (y, qx.columnwise_data, qx.columnwise_scale_inv, qw.columnwise_data, qw.columnwise_scale_inv, x_col_amax,
+            w_col_amax, amax)
+
+
+_linear_quantized = torch.library.custom_op("twinengine::linear_quantized", mutates_args=())(_linear_quantized_body)
+# The fake runs the same body on fake tensors: every op in it has a fake impl from the core plans.
+_linear_quantized.register_fake(_linear_quantized_body)
+
+
+def _linear_quantized_setup(ctx, inputs, output):
+    (x, weight, bias, _, _, given_w_col, given_w_col_scale, input_q, weight_q, grad_q, _, bwd_scale, bwd_history,
+     rng, margin, algo) = inputs
+    _, x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, amax = output
+    ctx.mark_non_differentiable(x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, amax)
+    if weight is None:
+        w_col, w_col_scale = given_w_col, given_w_col_scale
+    ctx.save_for_backward(x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, bwd_scale, bwd_history, rng)
+    ctx.quantizers = (input_q, weight_q, grad_q)
+    ctx.dtypes = (x.dtype, None if weight is None else weight.dtype, None if bias is None else bias.dtype)
+    ctx.delayed = (margin, algo)
+
+
+def _linear_quantized_backward(ctx, dy, *unused_grads):
+    x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, bwd_scale, bwd_history, rng = ctx.saved_tensors
+    input_q, weight_q, grad_q = ctx.quantizers
+    x_dtype, w_dtype, b_dtype = ctx.dtypes
+    margin, algo = ctx.delayed
+    dy2 = dy.reshape(-1, dy.shape[-1])
+    qdy = quantize(dy2, grad_q, scale=bwd_scale, rng=rng)
+    if bwd_scale is not None:
+        history = record_amax(bwd_history, qdy.amax)
+        new_history, new_scale = update_delayed_scaling(history, bwd_scale, grad_q.fp8_dtype, margin=margin,
+                                                        amax_compute_algo=algo)
+        bwd_history.copy_(new_history)
+        bwd_scale.copy_(new_scale)
+    qw = gemm_operand(w_col, w_col_scale, weight_q, True, w_col_amax)
+    dx = gemm(qdy, qw, b_columnwise=True, out_dtype=x_dtype).reshape(*dy.shape[:-1], qw.shape[1])
+    dw = None
+    if w_dtype is not None:
+        qx = gemm_operand(x_col, x_col_scale, input_q, True, x_col_amax)
+        dw = gemm(qdy, qx, a_columnwise=True, b_columnwise=True, out_dtype=w_dtype)
+    db = None if b_dtype is None else _bias_grad(dy2, b_dtype)
+    return (dx, dw, db) + (None,) * 13
+
+
+_linear_quantized.register_autograd(_linear_quantized_backward, setup_context=_linear_quantized_setup)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
+           delayed_state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+           rng: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x · wᵀ (+ bias), quantized as the innermost ``twinengine.pytorch.autocast`` recipe says.
+
+    Shapes: x (..., K); weight (N, K) (a tensor, or a QuantizedTensor with both copies); bias
+        (N,); y (..., N). delayed_state (DelayedScaling only): (fwd_amax_history (L, 2),
+        fwd_scale (2,), bwd_amax_history (L, 1), bwd_scale (1,)), updated in place: the forward
+        slots after the forward, the grad slot during the backward (NUMERICS.md §3).
+    Dtypes: x, weight, bias fp32 / bf16 / fp16; y has x's dtype, grads their input's dtype.
+    Numerics: outside autocast the three GEMMs run in high precision (fp32 accumulation);
+        inside, x and w are quantized with the recipe's input / weight quantizers and dy with
+        its grad_output quantizer (NUMERICS.md §8, §9); the bias gradient is the fp32-accumulated
+        column sum of dy. Same kernels as ``twinengine.jax.dense``: identical bytes.
+    Raises:
+        TypeError: unsupported recipe / quantizer combination, QuantizedTensor weight without
+            a recipe or in NVFP4; ValueError: delayed state missing or of the wrong length,
+            stochastic rounding without rng.
+    """
+    recipe = current_recipe()
+    quantized_weight = isinstance(weight, QuantizedTensor)
+    if recipe is None:
+        if quantized_weight:
+            raise TypeError("twinengine.linear: a QuantizedTensor weight needs an active "
+                            "twinengine.pytorch.autocast(recipe=...) region")
+        return torch.ops.twinengine.linear(x, weight, bias)
+    qs = linear_quantizers(recipe)
+    check_rng(qs, rng is not None)
+    if quantized_weight and weight.quantizer.scaling_mode == "nvfp4":
+        raise TypeError("twinengine.linear: pre-quantized NVFP4 weights are not supported; pass the high-precision "
+                        "weight (it is quantized per call)")
+    fwd_history = fwd_scale = bwd_history = bwd_scale = None
+    if qs.delayed:
+        if delayed_state is None:
+            raise ValueError("twinengine.linear: DelayedScaling needs delayed_state (the layer's amax histories "
+                             "and scales; twinengine.pytorch.Linear keeps them as buffers)")
+        fwd_history, fwd_scale, bwd_history, bwd_scale = delayed_state
+        check_delayed_state(fwd_history.shape[0], qs)
+    weight_q = weight.quantizer if quantized_weight else qs.weight
+    if quantized_weight:
+        w_parts = (None, weight.rowwise_data, weight.rowwise_scale_inv, weight.columnwise_data,
+                   weight.columnwise_scale_inv)
+    else:
+        w_parts = (weight, None, None, None, None)
+    y, *_, amax = torch.ops.twinengine.linear_quantized(
+        x, w_parts[0], bias, *w_parts[1:], qs.input, weight_q, qs.grad_output, fwd_scale, bwd_scale, bwd_history,
+        rng if qs.needs_rng else None, qs.margin, qs.amax_compute_algo)
+    if qs.delayed:
+        new_history, new_scale = update_delayed_scaling(record_amax(fwd_history, amax), fwd_scale, qs.fwd_fp8_dtype,
+                                                        margin=qs.margin, amax_compute_algo=qs.amax_compute_algo)
+        fwd_history.copy_(new_history)
+        fwd_scale.copy_(new_scale)
+    return y
