@@ -27,10 +27,12 @@ inline int64_t numel(const TweTensorView& v) {
 /*! Columns K of the view flattened to 2-D (R, K). */
 inline int64_t cols(const TweTensorView& v) { return v.ndim == 0 ? 1 : v.shape[v.ndim - 1]; }
 
-/*! Rows R of the view flattened to 2-D (R, K). */
+/*! Rows R of the view flattened to 2-D (R, K): the product of all but the last dimension
+ *  (so an (R, 0) view still has R rows). */
 inline int64_t rows(const TweTensorView& v) {
-  const int64_t k = cols(v);
-  return k == 0 ? 0 : numel(v) / k;
+  int64_t r = 1;
+  for (int32_t i = 0; i + 1 < v.ndim; ++i) r *= v.shape[i];
+  return r;
 }
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }

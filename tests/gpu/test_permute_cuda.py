@@ -15,6 +15,7 @@ import twinengine.pytorch as tep
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.skipif(not te._C.has_cuda(), reason="twinengine was built without its CUDA kernels"),
 ]
 
 

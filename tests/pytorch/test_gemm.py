@@ -203,3 +203,10 @@ def test_gemm_rejects_hadamard_copy_with_plain_copy():
     b = te.quantize(x, NVFP4Quantizer())
     with pytest.raises(ValueError, match="twinengine.gemm: the random Hadamard transform must apply to both"):
         te.gemm(a, b, a_columnwise=True, b_columnwise=True)
+
+
+def test_gemm_empty_inner_dimension_gives_bias():
+    """K = 0: an (R, 0) operand still has R rows; the product is the (broadcast) bias or zeros."""
+    bias = torch.arange(8, dtype=torch.float32)
+    assert torch.equal(te.gemm(torch.empty(4, 0), torch.empty(8, 0)), torch.zeros(4, 8))
+    assert torch.equal(te.gemm(torch.empty(4, 0), torch.empty(8, 0), bias), bias.expand(4, 8))
