@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import ml_dtypes
 import numpy as np
 
@@ -103,3 +105,14 @@ def make_input(family: str, shape: tuple[int, ...], dtype: str, seed: int = 0) -
         raise ValueError(family)
     with np.errstate(over="ignore"):  # fp16 / bf16 inputs of the 1e30 family overflow to inf on purpose
         return x.reshape(shape).astype(NUMPY_DTYPES[dtype])
+
+
+@contextlib.contextmanager
+def no_recompiles():
+    """Inside, any recompilation of an already-compiled frame raises torch._dynamo's
+    RecompileError. (Counting backend calls is not a reliable signal: Dynamo may call the
+    backend twice for one frame when it restarts an analysis.)"""
+    import torch._dynamo
+
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        yield
