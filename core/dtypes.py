@@ -32,12 +32,16 @@ ABI_CODES = {
 
 def canonical_dtype(dtype: object) -> str:
     """Framework-neutral name of a dtype given as a string, torch.dtype, NumPy or JAX dtype
-    ("torch.bfloat16" -> "bfloat16", dtype('float32') -> "float32").
+    ("torch.bfloat16" -> "bfloat16", np.dtype("float32") / jnp.float32 -> "float32").
 
     Unknown dtypes keep their normalized name, so the op's own check can reject them with
     the same text in both frontends.
     """
-    name = str(dtype)
-    if name.startswith("<class 'numpy."):  # a NumPy scalar type such as np.float32
-        name = name.removeprefix("<class 'numpy.").rstrip("'>")
-    return name.removeprefix("torch.").removeprefix("dtype(").strip("')\"")
+    import numpy as np
+
+    if not isinstance(dtype, str) and type(dtype).__module__ != "torch":
+        try:
+            return np.dtype(dtype).name  # NumPy dtypes and scalar types, JAX / ml_dtypes types
+        except TypeError:
+            pass
+    return str(dtype).removeprefix("torch.")

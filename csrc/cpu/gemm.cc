@@ -258,7 +258,11 @@ TweStatus gemm(const GemmArgs& args) {
       if (st) status = st;
     }
   });
-  return static_cast<TweStatus>(status.load());
+  // Worker threads record errors in their own thread-local slot: restate it on this thread.
+  if (status.load() != kTweSuccess) {
+    return fail(static_cast<TweStatus>(status.load()), "unsupported GEMM output or bias dtype");
+  }
+  return kTweSuccess;
 }
 
 }  // namespace cpu

@@ -52,3 +52,14 @@ def test_dequantize_rejects_a_non_quantized_tensor():
 def test_quantize_shape_errors(shape, match):
     with pytest.raises(ValueError, match=match):
         QUANTIZE.plan(ArrayMeta(shape, "float32"), te.MXFP8Quantizer())
+
+
+def test_canonical_dtype_names():
+    import ml_dtypes
+    import numpy as np
+
+    from twinengine.dtypes import canonical_dtype
+
+    assert [canonical_dtype(d) for d in ("float32", np.float16, np.dtype("float32"), ml_dtypes.bfloat16,
+                                         ml_dtypes.float8_e4m3fn, np.float64)] == [
+        "float32", "float16", "float32", "bfloat16", "float8_e4m3fn", "float64"]

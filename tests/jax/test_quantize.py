@@ -108,3 +108,10 @@ def test_quantize_mxfp8_inf_block_saturates_despite_xla_ftz():
     data = np.asarray(qt.rowwise_data).view(np.uint8)
     assert data[0, 0] == 0x7E and data[0, 1] == 0x00
     assert_quantized_equal(fields_as_numpy(qt), ref.quantize_mxfp8_ref(x, "e4m3", True, False), "inf block")
+
+
+def test_quantize_names_jax_dtype_classes():
+    from twinengine.dtypes import canonical_dtype
+
+    assert [canonical_dtype(d) for d in (jnp.float32, jnp.bfloat16, jnp.float8_e5m2)] == [
+        "float32", "bfloat16", "float8_e5m2"]
