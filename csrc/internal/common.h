@@ -3,6 +3,7 @@
 #define TWINENGINE_INTERNAL_COMMON_H_
 
 #include <cstdint>
+#include <exception>
 #include <string>
 
 #include "twinengine/common.h"
@@ -59,13 +60,19 @@ inline int64_t element_size(TweDType d) {
 /*! Runs cpu_fn(args) for CPU views, else cuda_fn(args) (kTweUnsupported without CUDA kernels). */
 template <typename Args, typename CpuFn, typename CudaFn>
 TweStatus run_on_device(TweDevice device, const Args& args, CpuFn cpu_fn, CudaFn cuda_fn) {
-  if (device == kTweCPU) return cpu_fn(args);
+  // Nothing may throw across the C ABI: allocation or thread-start failures inside a kernel
+  // become a status with a message.
+  try {
+    if (device == kTweCPU) return cpu_fn(args);
 #ifdef TWE_WITH_CUDA
-  return cuda_fn(args);
+    return cuda_fn(args);
 #else
-  (void)cuda_fn;
-  return fail(kTweUnsupported, "twinengine was built without CUDA kernels; CUDA tensors are not supported");
+    (void)cuda_fn;
+    return fail(kTweUnsupported, "twinengine was built without CUDA kernels; CUDA tensors are not supported");
 #endif
+  } catch (const std::exception& e) {
+    return fail(kTweInternalError, std::string("kernel failed: ") + e.what());
+  }
 }
 
 /*! The (cpu, cuda) kernel pair of run_on_device for kernel `name`. */
