@@ -90,8 +90,19 @@ def linear_quantizers(recipe: Recipe) -> LinearQuantizers:
                             amax_history_len=recipe.amax_history_len)
 
 
-def check_delayed_state(history_len: int, quantizers: LinearQuantizers) -> None:
-    """Raises ValueError when a layer's delayed-scaling state length differs from the recipe's."""
+def check_autocast_recipe(enabled: bool, recipe: object) -> None:
+    """Raises TypeError when an enabled autocast region is given no twinengine Recipe."""
+    if enabled and not isinstance(recipe, Recipe):
+        fail("autocast", TypeError, f"enabled=True needs recipe= a twinengine.recipe.Recipe, got {type(recipe).__name__}")
+
+
+def check_delayed_state(history_len: int | None, quantizers: LinearQuantizers) -> None:
+    """Raises ValueError when DelayedScaling has no layer state (history_len None) or a state
+    whose length differs from the recipe's."""
+    if history_len is None:
+        fail(_OP, ValueError, "DelayedScaling needs the layer's delayed-scaling state (amax histories and scales): "
+             "twinengine.pytorch.Linear keeps it in buffers (delayed_state= for the functional linear); "
+             "twinengine.jax.dense takes state=twinengine.jax.delayed_scaling_state(...)")
     if history_len != quantizers.amax_history_len:
         fail(_OP, ValueError, f"DelayedScaling(amax_history_len={quantizers.amax_history_len}) does not match the "
              f"layer's delayed-scaling state of length {history_len}; create the layer (or its state) with "

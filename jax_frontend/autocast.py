@@ -22,6 +22,7 @@ from typing import Any
 from jax._src import core as _jax_core
 from jax._src.interpreters.partial_eval import DynamicJaxprTrace
 
+from ..linear import check_autocast_recipe
 from ..recipe import Recipe
 
 
@@ -74,9 +75,7 @@ class autocast:
     """
 
     def __init__(self, recipe: Recipe | None = None, *, enabled: bool = True) -> None:
-        if enabled and not isinstance(recipe, Recipe):
-            raise TypeError(f"twinengine.jax.autocast: enabled=True needs a twinengine.recipe.Recipe, "
-                            f"got {type(recipe).__name__}")
+        check_autocast_recipe(enabled, recipe)
         self.enabled = enabled
         self.recipe = recipe
 

@@ -9,6 +9,7 @@ quantizers chosen in the forward, so nested regions route each layer's own recip
 
 from __future__ import annotations
 
+from ..linear import check_autocast_recipe
 from ..recipe import Recipe
 
 
@@ -39,9 +40,7 @@ class autocast:
     """
 
     def __init__(self, enabled: bool = True, recipe: Recipe | None = None) -> None:
-        if enabled and not isinstance(recipe, Recipe):
-            raise TypeError(f"twinengine.pytorch.autocast: enabled=True needs recipe= a twinengine.recipe.Recipe, "
-                            f"got {type(recipe).__name__}")
+        check_autocast_recipe(enabled, recipe)
         self.enabled = enabled
         self.recipe = recipe
 

@@ -138,9 +138,7 @@ def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | N
     check_rng(qs, rng is not None)
     rng = jnp.asarray(rng) if qs.needs_rng else None
     if qs.delayed:
-        if state is None:
-            raise ValueError("twinengine.linear: DelayedScaling needs state= (twinengine.jax.delayed_scaling_state)")
-        check_delayed_state(state["fwd_amax_history"].shape[0], qs)
+        check_delayed_state(None if state is None else state["fwd_amax_history"].shape[0], qs)
         return _dense_quantized(x, kernel, bias, state, rng, qs)
     y, _ = _dense_quantized(x, kernel, bias, None, rng, qs)
     return y

@@ -87,10 +87,10 @@ def test_autocast_inside_jit_follows_the_recipe_argument():
 
 
 def test_dense_delayed_scaling_without_state_raises():
-    with pytest.raises(ValueError, match="twinengine.linear: DelayedScaling needs state="):
+    with pytest.raises(ValueError, match="twinengine.linear: DelayedScaling needs the layer.s delayed-scaling state"):
         tj.dense(X, KERNEL, recipe=R.DelayedScaling())
 
 
 def test_autocast_rejects_missing_recipe():
-    with pytest.raises(TypeError, match="twinengine.jax.autocast: enabled=True needs"):
+    with pytest.raises(TypeError, match="twinengine.autocast: enabled=True needs recipe="):
         tj.autocast()

@@ -107,3 +107,28 @@ def test_linear_torch_eager_compiled_and_jax_bytes_identical(name, dtype):
                 bad = np.flatnonzero(be != bo)
                 assert be.shape == bo.shape and bad.size == 0, \
                     f"step {step} {label}: eager vs {what} differ first at byte {bad[0] if bad.size else None}"
+
+
+def test_linear_argument_errors_same_in_both_frameworks():
+    import jax.numpy as jnp
+
+    import twinengine.jax as tej
+    import twinengine.pytorch as tep
+
+    def error(fn):
+        with pytest.raises((TypeError, ValueError)) as info:
+            fn()
+        return info.type, str(info.value)
+
+    assert error(lambda: tep.autocast(recipe="mxfp8")) == error(lambda: tej.autocast("mxfp8"))
+    r = R.DelayedScaling(amax_history_len=4)
+    torch_error = error(lambda: _torch_linear_without_state(tep, r))
+    jax_error = error(lambda: tej.dense(jnp.ones((2, 32)), jnp.ones((32, 32)), recipe=r))
+    assert torch_error == jax_error and "needs the layer's delayed-scaling state" in jax_error[1]
+
+
+def _torch_linear_without_state(tep, r):
+    import torch
+
+    with tep.autocast(recipe=r):
+        return tep.linear(torch.ones(2, 32), torch.ones(32, 32))

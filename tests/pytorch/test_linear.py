@@ -272,7 +272,7 @@ def test_linear_rejects_quantized_weight_without_recipe():
 
 
 def test_autocast_rejects_missing_recipe():
-    with pytest.raises(TypeError, match="twinengine.pytorch.autocast: enabled=True needs recipe="):
+    with pytest.raises(TypeError, match="twinengine.autocast: enabled=True needs recipe="):
         te.autocast()
 
 

@@ -28,15 +28,14 @@ def _bias_grad(dy2: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 # ---- high precision ---------------------------------------------------------------------
 
-@torch.library.custom_op("twinengine::linear", mutates_args=())
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _linear_body(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     y = gemm(x.reshape(-1, x.shape[-1]), weight, bias, out_dtype=x.dtype)
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
-@_linear.register_fake
-def _(x, weight, bias):
-    return x.new_empty(*x.shape[:-1], weight.shape[0])
+_linear = torch.library.custom_op("twinengine::linear", mutates_args=())(_linear_body)
+# The fake runs the same body on fake tensors: the output shape comes from the GEMM plan.
+_linear.register_fake(_linear_body)
 
 
 def _linear_setup(ctx, inputs, output):
@@ -169,11 +168,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
                         "weight (it is quantized per call)")
     fwd_history = fwd_scale = bwd_history = bwd_scale = None
     if qs.delayed:
-        if delayed_state is None:
-            raise ValueError("twinengine.linear: DelayedScaling needs delayed_state (the layer's amax histories "
-                             "and scales; twinengine.pytorch.Linear keeps them as buffers)")
+        check_delayed_state(None if delayed_state is None else delayed_state[0].shape[0], qs)
         fwd_history, fwd_scale, bwd_history, bwd_scale = delayed_state
-        check_delayed_state(fwd_history.shape[0], qs)
     weight_q = weight.quantizer if quantized_weight else qs.weight
     if quantized_weight:
         w_parts = (None, weight.rowwise_data, weight.rowwise_scale_inv, weight.columnwise_data,
