@@ -2,16 +2,16 @@
 
 from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTensor pytree)
 from .autocast import autocast
-from .ops.dense import delayed_scaling_state, dense
-from .ops.gemm import gemm
-from .ops.permute import (
+from ._ops.dense import delayed_scaling_state, dense
+from ._ops.gemm import gemm
+from ._ops.permute import (
     moe_permute,
     moe_permute_with_probs,
     moe_sort_chunks_by_index,
     moe_sort_chunks_by_index_with_probs,
     moe_unpermute,
 )
-from .ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
+from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
 
 __all__ = [
     "autocast",

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from ..linear import linear_quantizers
 from ..recipe import DelayedScaling, Recipe
 from .autocast import current_recipe
-from .ops.dense import delayed_scaling_state, dense
+from ._ops.dense import delayed_scaling_state, dense
 
 FP8_META = "fp8_meta"
 """Variable collection holding each Dense's DelayedScaling state."""

@@ -7,16 +7,16 @@ functions; quantizers are opaque value types baked into FX graphs.
 from . import _library  # noqa: F401  (registers opaque quantizer types and the QuantizedTensor pytree)
 from .autocast import autocast
 from .modules.linear import Linear
-from .ops.gemm import gemm
-from .ops.linear import linear
-from .ops.permute import (
+from ._ops.gemm import gemm
+from ._ops.linear import linear
+from ._ops.permute import (
     moe_permute,
     moe_permute_with_probs,
     moe_sort_chunks_by_index,
     moe_sort_chunks_by_index_with_probs,
     moe_unpermute,
 )
-from .ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
+from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
 
 __all__ = [
     "Linear",

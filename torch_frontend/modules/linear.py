@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..ops.linear import linear
+from .._ops.linear import linear
 
 
 class Linear(torch.nn.Module):

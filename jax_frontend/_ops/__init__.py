@@ -1,0 +1,1 @@
+"""Internal per-family JAX bindings (FFI calls); the public fusible ops live in twinengine.jax.ops."""

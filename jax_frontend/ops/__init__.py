@@ -1,1 +1,0 @@
-"""twinengine.jax op families."""

@@ -1,0 +1,1 @@
+"""Internal per-family torch bindings (torch.ops.twinengine.*); the public fusible ops live in twinengine.pytorch.ops."""

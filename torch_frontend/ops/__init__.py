@@ -1,1 +1,0 @@
-"""torch.ops.twinengine.* op families."""
