@@ -492,6 +492,34 @@ TWE_HOST_DEVICE float weighted_accumulate(float acc, float v, float w) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Canonical 32-lane sum (NUMERICS.md §11)
+// ---------------------------------------------------------------------------------------
+
+/*! Lanes of the canonical sum: lane l adds v_l, v_{l+32}, v_{l+64}, ... sequentially. */
+constexpr int kSumLanes = 32;
+
+/*! Folds 32 lane partials by halves (p_l = fl(p_l + p_{l+16}) for l < 16, then +8, +4, +2, +1:
+ *  a CUDA __shfl_down_sync tree) and returns p_0. `partials` is overwritten. */
+TWE_HOST_DEVICE float canonical_fold(float* partials) {
+  for (int half = kSumLanes / 2; half > 0; half >>= 1)
+    for (int l = 0; l < half; ++l) partials[l] = partials[l] + partials[l + half];
+  return partials[0];
+}
+
+/*! Σc of load(0) ... load(n-1) (NUMERICS.md §11): 32 fp32 lanes from +0, element i added to
+ *  lane i mod 32 in index order, then canonical_fold. `load(i)` returns the fp32 term i. */
+template <typename Load>
+TWE_HOST_DEVICE float canonical_sum(int64_t n, Load load) {
+  float partials[kSumLanes];
+  for (int l = 0; l < kSumLanes; ++l) partials[l] = 0.0f;
+  int64_t base = 0;
+  for (; base + kSumLanes <= n; base += kSumLanes)
+    for (int l = 0; l < kSumLanes; ++l) partials[l] = partials[l] + load(base + l);
+  for (int l = 0; base + l < n; ++l) partials[l] = partials[l] + load(base + l);
+  return canonical_fold(partials);
+}
+
+// ---------------------------------------------------------------------------------------
 // GEMM block scaling (NUMERICS.md §8)
 // ---------------------------------------------------------------------------------------
 
