@@ -520,6 +520,86 @@ TWE_HOST_DEVICE float canonical_sum(int64_t n, Load load) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Normalization (NUMERICS.md §11): one fp32 rounding per operation, no contraction
+// ---------------------------------------------------------------------------------------
+
+/*! Correctly rounded fp32 square root (IEEE; never an approximation). */
+TWE_HOST_DEVICE float sqrt_rn(float v) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(v);
+#else
+  return std::sqrt(v);
+#endif
+}
+
+/*! Correctly rounded fp32 reciprocal fl(1 / v). */
+TWE_HOST_DEVICE float reciprocal_rn(float v) {
+#if defined(__CUDA_ARCH__)
+  return __frcp_rn(v);
+#else
+  return 1.0f / v;
+#endif
+}
+
+/*! fl(v · v). */
+TWE_HOST_DEVICE float square(float v) { return v * v; }
+
+/*! A per-row mean of the norms: fl(sum / K), K converted to fp32 (exact for K < 2^24). */
+TWE_HOST_DEVICE float norm_mean(float sum, int64_t k) { return sum / static_cast<float>(k); }
+
+/*! rstd = fl(1 / fl(sqrt(fl(var + ε)))) with ε already an fp32 value (LayerNorm, RMSNorm, and
+ *  L2Normalization with var the plain sum of squares). */
+TWE_HOST_DEVICE float norm_rstd(float var, float eps) {
+  const float shifted = var + eps;
+  return reciprocal_rn(sqrt_rn(shifted));
+}
+
+/*! The gain applied to x̂: g' = γ, or fl(1 + γ) with zero-centered gamma. */
+TWE_HOST_DEVICE float norm_gain(float gamma, bool zero_centered_gamma) {
+  return zero_centered_gamma ? 1.0f + gamma : gamma;
+}
+
+/*! LayerNorm x̂ = fl(fl(x − μ) · rstd). */
+TWE_HOST_DEVICE float layernorm_xhat(float x, float mu, float rstd) {
+  const float d = x - mu;
+  return d * rstd;
+}
+
+/*! LayerNorm y = fl(fl(x̂ · g') + β) (before rounding to the output dtype). */
+TWE_HOST_DEVICE float layernorm_output(float xhat, float gain, float beta) {
+  const float scaled = xhat * gain;
+  return scaled + beta;
+}
+
+/*! RMSNorm y = fl(fl(x · rstd) · g') (before rounding to the output dtype). */
+TWE_HOST_DEVICE float rmsnorm_output(float x, float rstd, float gain) {
+  const float xhat = x * rstd;
+  return xhat * gain;
+}
+
+/*! LayerNorm dx = fl(rstd · fl(fl(ĝ − a) − fl(x̂ · b))). */
+TWE_HOST_DEVICE float layernorm_dx(float rstd, float ghat, float a, float xhat, float b) {
+  const float centered = ghat - a;
+  const float projection = xhat * b;
+  const float diff = centered - projection;
+  return rstd * diff;
+}
+
+/*! RMSNorm dx = fl(rstd · fl(ĝ − fl(x̂ · b))). */
+TWE_HOST_DEVICE float rmsnorm_dx(float rstd, float ghat, float xhat, float b) {
+  const float projection = xhat * b;
+  const float diff = ghat - projection;
+  return rstd * diff;
+}
+
+/*! L2Normalization dx = fl(rstd · fl(dy − fl(y · s))) with s = Σc fl(dy · y). */
+TWE_HOST_DEVICE float l2norm_dx(float rstd, float dy, float y, float s) {
+  const float projection = y * s;
+  const float diff = dy - projection;
+  return rstd * diff;
+}
+
+// ---------------------------------------------------------------------------------------
 // GEMM block scaling (NUMERICS.md §8)
 // ---------------------------------------------------------------------------------------
 
