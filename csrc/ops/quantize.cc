@@ -16,6 +16,15 @@ TweQuantizeParams quantize_params(const Attrs& attrs) {
   return p;
 }
 
+/*! Outputs in core order: [rowwise_data, rowwise_scale_inv] if rowwise,
+ *  [columnwise_data, columnwise_scale_inv] if columnwise, then [amax] for kTensor, or
+ *  [amax] if rowwise and [columnwise_amax] if columnwise for kPerCopy. */
+TweQuantizedTensor quantized_outputs(OpCall& call, AmaxOutputs amax) {
+  TweQuantizedTensor out = take_quantized_outputs(call, amax);
+  call.expect_all_outputs_taken();
+  return out;
+}
+
 TweQuantizedTensor take_quantized_outputs(OpCall& call, AmaxOutputs amax) {
   TweQuantizedTensor out{};
   const bool rowwise = call.attrs->get_int("rowwise") != 0;
@@ -34,13 +43,15 @@ TweQuantizedTensor take_quantized_outputs(OpCall& call, AmaxOutputs amax) {
   return out;
 }
 
-namespace {
-
-TweQuantizedTensor quantized_outputs(OpCall& call, AmaxOutputs amax) {
-  TweQuantizedTensor out = take_quantized_outputs(call, amax);
-  call.expect_all_outputs_taken();
-  return out;
+TweQuantizedTensor quantized_outputs(OpCall& call, TweScalingMode mode) {
+  switch (mode) {
+    case kTweScalingFP8Current: case kTweScalingFP8Delayed: return quantized_outputs(call, AmaxOutputs::kTensor);
+    case kTweScalingNVFP4: return quantized_outputs(call, AmaxOutputs::kPerCopy);
+    default: return quantized_outputs(call, AmaxOutputs::kNone);
+  }
 }
+
+namespace {
 
 // inputs: x | outputs: quantized (+ amax)
 TweStatus quantize_fp8_current(OpCall& call) {
