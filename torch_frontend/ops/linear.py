@@ -94,7 +94,7 @@ class BasicLinear(BasicOperation):
         return 1 if qs is not None and qs.delayed else 0
 
     def op_forward_state(self, saved):
-        return (saved["amax"],) if saved["amax"] is not None else ()
+        return (saved["amax"],) if saved.get("amax") is not None else ()
 
     def op_update_state(self, static, values):
         qs = static["quantizers"]

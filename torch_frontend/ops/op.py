@@ -56,11 +56,29 @@ class OpContext:
     def _tensors(self) -> list[torch.Tensor]:
         return [self._leaves[i] for i in self._tensor_slots]
 
-    def _restore(self, tensors: list[torch.Tensor]) -> None:
+    def _for_backward(self, tensors: list[torch.Tensor]) -> "_BackwardContext":
+        """The context the backward sees: ``saved`` rebuilt around the saved tensors (a new object:
+        the traced backward must not mutate objects of the forward)."""
         leaves = list(self._leaves)
         for slot, tensor in zip(self._tensor_slots, tensors):
             leaves[slot] = tensor
-        self.saved = None if self._spec is None else pytree.tree_unflatten(leaves, self._spec)
+        saved = None if self._spec is None else pytree.tree_unflatten(leaves, self._spec)
+        return _BackwardContext(self, saved)
+
+
+class _BackwardContext:
+    """An OpContext as the backward sees it: ``saved`` restored, other attributes read through."""
+
+    def __init__(self, forward: OpContext, saved: Any) -> None:
+        self._forward = forward
+        self.saved = saved
+
+    @property
+    def saved_tensors(self) -> tuple:
+        return tuple(self.saved)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._forward, name)
 
 
 class BasicOperation(torch.nn.Module):

@@ -98,9 +98,10 @@ class _SequentialFunction(torch.autograd.Function):
     def backward(ctx, *grads: Any):
         run: _Run = ctx.run
         saved = list(ctx.saved_tensors)
+        op_ctxs = []
         for op_ctx in ctx.op_ctxs:
             count = len(op_ctx._tensor_slots)
-            op_ctx._restore(saved[:count])
+            op_ctxs.append(op_ctx._for_backward(saved[:count]))
             saved = saved[count:]
         dy = grads[0]
         extra_grads = list(grads[1:1 + ctx.num_extra_outputs])
@@ -112,7 +113,7 @@ class _SequentialFunction(torch.autograd.Function):
             if op.num_extra_outputs:
                 h = (h, tuple(extra_grads[len(extra_grads) - op.num_extra_outputs:]))
                 del extra_grads[len(extra_grads) - op.num_extra_outputs:]
-            dx, dp = op.op_backward(ctx.op_ctxs[i], h)
+            dx, dp = op.op_backward(op_ctxs[i], h)
             if op.num_extra_inputs:
                 dx, d_extra = dx
                 extra_input_grads[i] = list(d_extra)
@@ -129,7 +130,7 @@ class _SequentialFunction(torch.autograd.Function):
             bias_i, act_i = members[group.dact_dbias], members[group.dact_dbias + 1]
             for i in reversed(members[group.dact_dbias + 2:]):
                 h = backward_op(i, h)
-            h = _fused_dact_dbias(run, ctx.op_ctxs, group, bias_i, act_i, h, dparams)
+            h = _fused_dact_dbias(run, op_ctxs, group, bias_i, act_i, h, dparams)
             for i in reversed(members[:group.dact_dbias]):
                 h = backward_op(i, h)
         flat_grads = [g for dp, count in zip(dparams, run.param_counts) for g in _pad(dp, count)]
@@ -142,7 +143,7 @@ def _pad(grads: tuple, count: int) -> tuple:
     return tuple(grads) + (None,) * (count - len(grads))
 
 
-def _fused_dact_dbias(run: _Run, op_ctxs: list[OpContext], group: KernelGroup, bias_i: int, act_i: int, dy: Any,
+def _fused_dact_dbias(run: _Run, op_ctxs: list, group: KernelGroup, bias_i: int, act_i: int, dy: Any,
                       dparams: list) -> Any:
     """Backward of Bias -> activation as one kernel: dz = act'(z)·dy, dbias = Σc_rows dz, and (when
     the plan says so) dz quantized as the grad_output of the BasicLinear before the Bias."""
