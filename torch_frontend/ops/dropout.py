@@ -6,6 +6,7 @@ import torch
 
 from ...fusion.ops import OpDesc, check_dropout_p, check_input_kind
 from .._ops.dropout import dropout_bwd, dropout_fwd
+from .._ops.rng import rng_advance
 from .op import BasicOperation
 
 
@@ -32,10 +33,7 @@ class Dropout(BasicOperation):
     def op_call(self, recipe):
         if not self.training or self.p == 0.0:
             return {"active": False}, {}
-        step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
-        advanced = self.rng_state + step
-        self.rng_state.copy_(advanced)
-        return {"active": True}, {"rng": advanced - step}
+        return {"active": True}, {"rng": rng_advance(self.rng_state)}
 
     def op_forward_compute(self, x, params, *, active=False, rng=None):
         check_input_kind("Dropout", not isinstance(x, torch.Tensor), False)

@@ -22,6 +22,7 @@ from .._library import torch_dtype
 from .._ops.bias import bias_add, bias_grad
 from .._ops.gemm import gemm
 from .._ops.quantize import quantize, record_amax, update_delayed_scaling
+from .._ops.rng import rng_advance
 from .op import BasicOperation, OpContext
 
 
@@ -71,10 +72,7 @@ class BasicLinear(BasicOperation):
             check_delayed_state(self.fwd_amax_history.shape[0], qs)
             tensors.update(fwd_scale=self.fwd_scale, bwd_scale=self.bwd_scale, bwd_amax_history=self.bwd_amax_history)
         if qs.needs_rng:
-            step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
-            advanced = self.rng_state + step
-            self.rng_state.copy_(advanced)
-            tensors["rng"] = advanced - step
+            tensors["rng"] = rng_advance(self.rng_state)
         return {"quantizers": qs}, tensors
 
     def op_input_quantization(self, static, tensors):
