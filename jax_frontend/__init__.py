@@ -1,7 +1,9 @@
 """twinengine.jax: twinengine ops for JAX as XLA FFI calls, jit- and vmap-clean."""
 
 from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTensor pytree)
+from . import ops
 from .autocast import autocast
+from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
 from ._ops.gemm import gemm
 from ._ops.permute import (
@@ -14,6 +16,13 @@ from ._ops.permute import (
 from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
 
 __all__ = [
+    "layernorm",
+    "layernorm_dense",
+    "layernorm_mlp",
+    "ops",
+    "params_from_torch",
+    "params_to_torch",
+    "rmsnorm",
     "autocast",
     "delayed_scaling_state",
     "dense",

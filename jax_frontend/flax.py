@@ -72,3 +72,6 @@ class Dense(nn.Module):
             y, _ = dense(x, kernel, bias, recipe=recipe, state=state.value, rng=rng)
             return y
         return dense(x, kernel, bias, recipe=recipe, rng=rng)
+
+
+from .flax_blocks import LayerNorm, LayerNormDenseGeneral, LayerNormMLP  # noqa: E402,F401  (block modules)

@@ -354,3 +354,12 @@ def test_layernorm_mlp_module_matches_its_sequential(recipe_name):
     a = _run(m, recipe, x, [], dy)
     b = _run(seq, recipe, x, [], dy)
     _assert_same([t for t in a if t is not None][:3], [t for t in b if t is not None][:3], recipe_name)
+
+
+def test_rng_advance_op_returns_the_state_and_advances_it():
+    state = torch.tensor([5, 9], dtype=torch.int64)
+    torch.library.opcheck(torch.ops.twinengine.rng_advance.default, (state.clone(),))
+    from twinengine.pytorch._ops.rng import rng_advance
+
+    assert rng_advance(state).tolist() == [5, 9]
+    assert state.tolist() == [5, 10]

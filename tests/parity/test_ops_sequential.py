@@ -1,0 +1,130 @@
+"""torch == JAX bytes for the fusible ops and the blocks built on them: the same op list and
+parameters give identical outputs, input / parameter gradients and delayed-scaling state."""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import twinengine as te
+import twinengine.jax as tej
+import twinengine.pytorch as tep
+from twinengine.jax import ops as jops
+from twinengine.pytorch import ops as tops
+from helpers import assert_bytes_equal, from_torch, to_torch
+from ops_cases import EXTRA_INPUTS, HIDDEN, RECIPES, ROWS, dtype_for, op_lists
+
+
+def _np(x):
+    return from_torch(x) if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def _inputs(case, dtype):
+    rng = np.random.default_rng(3)
+    shape = (2, ROWS // 2, HIDDEN)
+    cast = lambda a: a.astype(jnp.dtype(dtype))  # noqa: E731
+    x = cast(rng.standard_normal(shape, np.float32))
+    extras = [cast(rng.standard_normal(shape, np.float32)) for _ in range(EXTRA_INPUTS[case])]
+    dy = cast(rng.standard_normal(shape, np.float32))
+    return x, extras, dy
+
+
+@pytest.mark.parametrize("recipe_name", list(RECIPES))
+@pytest.mark.parametrize("case", ["rmsnorm_mlp", "layernorm_quantize", "residual"])
+def test_sequential_torch_matches_jax(recipe_name, case):
+    recipe, dtype = RECIPES[recipe_name], dtype_for(recipe_name)
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    torch.manual_seed(0)
+    tseq = tops.Sequential(*op_lists(tops)[case]).to(torch_dtype)
+    with torch.no_grad():
+        for p in tseq.parameters():
+            p.uniform_(-0.5, 0.5)
+    x, extras, dy = _inputs(case, dtype)
+    rng_before = [op.rng_state.clone() for op in tseq.basic_ops if isinstance(op, tops.BasicLinear)]
+    xt = to_torch(x).requires_grad_(True)
+    et = [to_torch(e).requires_grad_(True) for e in extras]
+    with tep.autocast(recipe=recipe) if recipe is not None else contextlib.nullcontext():
+        out = tseq(xt, *et)
+    outs = out if isinstance(out, tuple) else (out,)
+    torch.autograd.backward(outs, [to_torch(dy)] + [torch.ones_like(o) for o in outs[1:]])
+
+    jseq = jops.Sequential(*op_lists(jops)[case])
+    params = tuple(tuple(jnp.asarray(_np(p)) for p in op.op_params()) for op in tseq.basic_ops)
+    delayed = isinstance(recipe, te.recipe.DelayedScaling)
+    state = jseq.init_state(recipe) if delayed else None
+    rngs = None
+    if recipe is not None and te.linear.linear_quantizers(recipe).needs_rng:
+        it = iter(rng_before)
+        rngs = tuple(jnp.asarray(_np(next(it))) if isinstance(op, jops.BasicLinear) else None for op in jseq.basic_ops)
+
+    def loss(x, params, extras, state):
+        out = jseq(x, params, *extras, state=state, rngs=rngs, recipe=recipe)
+        if delayed:
+            out, new_state = out
+        else:
+            new_state = None
+        outs = out if isinstance(out, tuple) else (out,)
+        total = jnp.sum(outs[0].astype(jnp.float32) * jnp.asarray(dy).astype(jnp.float32))
+        return total + sum(jnp.sum(o.astype(jnp.float32)) for o in outs[1:]), (outs, new_state)
+
+    (_, (jouts, fwd_state)), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(
+        jnp.asarray(x), params, tuple(jnp.asarray(e) for e in extras), state)
+    gx, gparams, gextras, gstate = grads
+    for i, (t, j) in enumerate(zip(outs, jouts)):
+        assert_bytes_equal(_np(t.detach()), _np(j), f"output {i}")
+    assert_bytes_equal(_np(xt.grad), _np(gx), "dx")
+    for i, (t, j) in enumerate(zip(et, gextras)):
+        assert_bytes_equal(_np(t.grad), _np(j), f"d extra {i}")
+    tgrads = [p.grad for op in tseq.basic_ops for p in op.op_params()]
+    jgrads = [g for op_grads in gparams for g in op_grads]
+    for i, (t, j) in enumerate(zip(tgrads, jgrads)):
+        assert_bytes_equal(_np(t), _np(j), f"dparam {i}")
+    if delayed:
+        linears = [op for op in tseq.basic_ops if isinstance(op, tops.BasicLinear)]
+        jstates = [fwd_state[i] for i, op in enumerate(jseq.basic_ops) if isinstance(op, jops.BasicLinear)]
+        jnext = [gstate[i] for i, op in enumerate(jseq.basic_ops) if isinstance(op, jops.BasicLinear)]
+        for op, fs, ns in zip(linears, jstates, jnext):
+            assert_bytes_equal(_np(op.fwd_amax_history), _np(fs["fwd_amax_history"]), "fwd history")
+            assert_bytes_equal(_np(op.fwd_scale), _np(fs["fwd_scale"]), "fwd scale")
+            assert_bytes_equal(_np(op.bwd_amax_history), _np(ns["bwd_amax_history"]), "bwd history")
+            assert_bytes_equal(_np(op.bwd_scale), _np(ns["bwd_scale"]), "bwd scale")
+
+
+@pytest.mark.parametrize("recipe_name", list(RECIPES))
+def test_layernorm_mlp_module_torch_matches_jax_blocks(recipe_name):
+    recipe, dtype = RECIPES[recipe_name], dtype_for(recipe_name)
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    torch.manual_seed(0)
+    module = tep.LayerNormMLP(HIDDEN, 128, activation="geglu", params_dtype=torch_dtype, amax_history_len=4)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(-0.5, 0.5)
+    rngs = {"fc1": jnp.asarray(_np(module.basic_ops[1].rng_state)),
+            "fc2": jnp.asarray(_np(module.basic_ops[4].rng_state))}
+    x, _, dy = _inputs("rmsnorm_mlp", dtype)
+    xt = to_torch(x).requires_grad_(True)
+    with tep.autocast(recipe=recipe) if recipe is not None else contextlib.nullcontext():
+        y = module(xt)
+    y.backward(to_torch(dy))
+    params = tej.params_from_torch(module.state_dict())
+    delayed = isinstance(recipe, te.recipe.DelayedScaling)
+    state = {"fc1": tej.delayed_scaling_state(4), "fc2": tej.delayed_scaling_state(4)} if delayed else None
+
+    def loss(x, params):
+        out = tej.layernorm_mlp(x, params, activation="geglu", state=state, rngs=rngs, recipe=recipe)
+        out = out[0] if delayed else out
+        return jnp.sum(out.astype(jnp.float32) * jnp.asarray(dy).astype(jnp.float32)), out
+
+    (_, yj), (gx, gp) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(jnp.asarray(x), params)
+    assert_bytes_equal(_np(y.detach()), _np(yj), "y")
+    assert_bytes_equal(_np(xt.grad), _np(gx), "dx")
+    for name, p in module.named_parameters():
+        assert_bytes_equal(_np(p.grad), _np(gp[name]), f"d{name}")
+    back = tej.params_to_torch(params)
+    for name, p in module.named_parameters():
+        assert_bytes_equal(_np(back[name]), _np(p.detach()), f"round trip {name}")
