@@ -130,3 +130,31 @@ def test_norm_vmap_of_fused_quantize_quantizes_each_element():
         assert_bytes_equal(np.asarray(batched[0])[b], np.asarray(y), "vmap y")
         element = {name: arr[b] for name, arr in fields_as_numpy(batched[2]).items()}
         assert_quantized_equal(element, fields_as_numpy(qt), f"vmap qt element {b}")
+
+
+def _plain(norm, x, weight, bias, zcg):
+    """The norm written with jnp (float32, XLA's own order): a gradient reference at tolerance."""
+    eps = np.float32(EPS)
+    gain = (1 + weight) if zcg and weight is not None else weight
+    if norm == "layernorm":
+        mu = x.mean(-1, keepdims=True)
+        return (x - mu) / jnp.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * gain + bias
+    if norm == "rmsnorm":
+        return x / jnp.sqrt((x * x).mean(-1, keepdims=True) + eps) * gain
+    return x / jnp.sqrt((x * x).sum(-1, keepdims=True) + eps)
+
+
+@pytest.mark.parametrize("zcg", [False, True])
+@pytest.mark.parametrize("norm", NORMS)
+def test_norm_gradients_match_autograd_of_plain_jax(norm, zcg):
+    rng = np.random.default_rng(8)
+    x = jnp.asarray(rng.standard_normal((6, 24)).astype(np.float32) * 3 + 1)
+    dy = jnp.asarray(rng.standard_normal((6, 24)).astype(np.float32))
+    weight = jnp.asarray(rng.standard_normal(24).astype(np.float32)) if norm != "l2norm" else None
+    bias = jnp.asarray(rng.standard_normal(24).astype(np.float32)) if norm == "layernorm" else None
+    fwd, _, bwd = run_norm(jn, norm, x, weight, bias, zcg, dy)
+    params = [p for p in (weight, bias) if p is not None]
+    y, vjp = jax.vjp(lambda x, *p: _plain(norm, x, *(list(p) + [None] * (2 - len(p))), zcg), x, *params)
+    np.testing.assert_allclose(np.asarray(fwd[0]), np.asarray(y), rtol=1e-5, atol=1e-5)
+    for got, want in zip(bwd, vjp(dy), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
