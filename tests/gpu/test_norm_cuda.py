@@ -62,6 +62,41 @@ def test_norm_cuda_fused_quantize_matches_cpu(norm, q):
     assert_quantized_equal(fields_as_numpy(cuda_qt), fields_as_numpy(cpu_qt), f"{norm} {case_id(q)} cuda vs cpu")
 
 
+@pytest.mark.parametrize("q", [None, te.Float8CurrentScalingQuantizer("e4m3"), te.MXFP8Quantizer("e4m3"),
+                               te.NVFP4Quantizer(with_rht=True, stochastic_rounding=True)], ids=case_id)
+def test_norm_cuda_graph_replay_matches_cpu(q):
+    """Capturable: forward (with the fused quantization) and backward replay with no host sync."""
+    k, dtype = 256, "bfloat16"
+    weight = to_torch(make_param(k, "float32", 30)).cuda()
+    bias = to_torch(make_param(k, "bfloat16", 31)).cuda()
+    static_x = to_torch(make_rows(128, k, dtype, "mixed", seed=32)).cuda()
+    static_dy = to_torch(make_rows(128, k, dtype, "mixed", seed=33)).cuda()
+    kwargs = {name: t.cuda() for name, t in quantize_kwargs(q, torch.from_numpy).items()} if q else {}
+
+    def step():
+        fwd, qt, bwd = run_norm(tn, "layernorm", static_x, weight, bias, True, static_dy, quantizer=q, **kwargs)
+        return fwd, qt, bwd
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, as torch.cuda.graph expects
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    x = make_rows(128, k, dtype, "nan_inf", seed=34)
+    static_x.copy_(to_torch(x).cuda())
+    graph.replay()
+    torch.cuda.synchronize()
+    want, want_qt = _run("cpu", "layernorm", x, from_torch(weight), from_torch(bias), True, from_torch(static_dy), q)
+    got = [from_torch(t) for t in (*captured[0], *captured[2])]
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert_norm_equal(g, w, f"graph replay output {i}")
+    if q is not None:
+        assert_quantized_equal(fields_as_numpy(captured[1]), fields_as_numpy(want_qt), "graph replay qt")
+
+
 def test_norm_cuda_jax_matches_torch():
     jax = pytest.importorskip("jax")
     if not any(d.platform == "gpu" for d in jax.devices()):

@@ -217,8 +217,11 @@ def _float64_reference(norm, x, weight, bias, zcg):
 @pytest.mark.parametrize("zcg", [False, True])
 @pytest.mark.parametrize("norm", NORMS)
 def test_norm_gradients_match_float64_autograd(norm, zcg):
-    x, weight, bias, dy = (_torch(a) for a in _inputs(norm, "float32", 24, 6, "mixed", shift=0, seed=5))
-    x = torch.randn(6, 24, generator=torch.Generator().manual_seed(1)) * 3 + 1
+    # Plain normal rows (no constant or subnormal rows, whose gradients a tolerance cannot judge).
+    gen = torch.Generator().manual_seed(1)
+    x, dy = torch.randn(6, 24, generator=gen) * 3 + 1, torch.randn(6, 24, generator=gen)
+    weight = _torch(make_param(24, "float32", 5)) if norm != "l2norm" else None
+    bias = _torch(make_param(24, "float32", 6)) if norm == "layernorm" else None
     fwd, _, bwd = run_norm(tn, norm, x, weight, bias, zcg, dy)
     y64, leaves = _float64_reference(norm, x, weight, bias, zcg)
     torch.testing.assert_close(fwd[0].double(), y64.detach(), rtol=1e-5, atol=1e-5)
