@@ -117,3 +117,21 @@ def assert_within_bound(got: np.ndarray, want: np.ndarray, m: np.ndarray, dtype:
     bad = np.flatnonzero(err > bound)
     assert bad.size == 0, (f"{what}: {bad.size} values beyond {ulps}·(ulp(ref) + ulp(m)); first got {g[ok][bad[0]]!r} "
                            f"want {w[ok][bad[0]]!r}")
+
+
+def canonical_nans(a: np.ndarray) -> np.ndarray:
+    """`a` with every NaN replaced by the positive quiet NaN: IEEE leaves the sign and payload of
+    a NaN result unspecified (x86 gives the first operand's NaN or a negative default NaN, CUDA
+    a canonical one), so NaNs are compared by predicate, everything else by bytes."""
+    a = np.array(a, copy=True)
+    if np.issubdtype(a.dtype, np.integer):
+        return a
+    a[np.isnan(a.astype(np.float32))] = np.nan
+    return a
+
+
+def assert_bytes_equal_nan(actual, expected, name: str) -> None:
+    """assert_bytes_equal after canonical_nans on both sides."""
+    from helpers import assert_bytes_equal
+
+    assert_bytes_equal(canonical_nans(np.asarray(actual)), canonical_nans(np.asarray(expected)), name)
