@@ -18,9 +18,10 @@ from quantize_block_cases import RNG_STATE
 
 DTYPES = ["float32", "bfloat16", "float16"]
 
-ACT_ULPS = 2
-"""The documented bound (see the module docstring); measured maxima are 1.5 (vs the fp32-step
-reference) and 1.33 (vs float64) on 2^20-element log-uniform sweeps."""
+ACT_ULPS = 3
+"""The documented bound (see the module docstring and docs/numerics_transcendentals.md, which
+lists the measured maxima per kind: at most 2.0 against the fp32-step reference and 1.45
+against float64)."""
 
 EXACT_KINDS = ("relu", "reglu", "srelu", "sreglu")
 """Kinds without a transcendental: bytes defined by NUMERICS.md, compared exactly."""
@@ -76,7 +77,7 @@ bounds ±7 (the default limit) and their neighbours, the exp / tanh range ends."
 
 def operand_magnitude(x: np.ndarray, kind: str, dy: np.ndarray | None = None, limit: float = 7.0,
                       alpha: float = 1.702) -> np.ndarray:
-    """m of the error bound: forward |x| (gated |a|·|g|, g = b or ClampedSwiGLU's b' + 1);
+    """m of the error bound: forward |x| (gated max(|a|, 2^-126)·|g|, g = b or ClampedSwiGLU's b' + 1);
     backward |dy|·max(1, |s·x|)^p with s the sigmoid slope (1.702 QGELU, alpha ClampedSwiGLU,
     else 1) and p = 3 for GELU types, 1 otherwise; gated da times |g|."""
     with np.errstate(all="ignore"):
@@ -95,8 +96,8 @@ def _operand_magnitude(x: np.ndarray, kind: str, dy, limit: float, alpha: float)
         a, g = np.minimum(a, limit), np.clip(b, -limit, limit) + 1.0
     else:
         g = b
-    if dy is None:
-        return np.abs(a) * np.abs(g)
+    if dy is None:  # act(a) rounds on the fp32 grid (spacing 2^-149 below 2^-126) before the product
+        return np.maximum(np.abs(a), 2.0**-126) * np.abs(g)
     d = np.abs(np.asarray(dy, np.float64)) * np.maximum(1.0, np.abs(slope * a)) ** p
     return np.concatenate([d * np.abs(g), d], axis=-1)
 
