@@ -56,6 +56,18 @@ inline float __shfl_xor_sync(unsigned, float v, int offset) {
   std::memcpy(&r, &other, 4);
   return r;
 }
+inline float __shfl_down_sync(unsigned, float v, int offset) {
+  const unsigned t = threadIdx.x, warp = t / 32, lane = t % 32;
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  emu::shfl[t] = bits;
+  emu::warp_barriers[warp]->arrive_and_wait();
+  const uint32_t other = lane + offset < 32 ? emu::shfl[warp * 32 + lane + offset] : bits;
+  emu::warp_barriers[warp]->arrive_and_wait();
+  float r;
+  std::memcpy(&r, &other, 4);
+  return r;
+}
 inline unsigned atomicMax(unsigned* p, unsigned v) {
   std::atomic_ref<unsigned> a(*p);
   unsigned old = a.load();
