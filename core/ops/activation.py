@@ -9,8 +9,6 @@ reuses the quantize family's OpDef (same checks, output specs and attributes): i
 
 from __future__ import annotations
 
-import math
-import struct
 from typing import Any
 
 from ..dtypes import HIGH_PRECISION
@@ -44,11 +42,6 @@ GATED_ACTIVATIONS: frozenset[str] = frozenset(name for name, gated in ACTIVATION
 KIND_CODES = {name: code for code, (name, _) in enumerate(ACTIVATION_KINDS)}
 
 
-def fp32(value: float) -> float:
-    """`value` rounded to the nearest fp32 (the value every kernel attribute carries)."""
-    return struct.unpack("<f", struct.pack("<f", float(value)))[0]
-
-
 def _check_kind(op: str, kind: Any) -> None:
     if kind not in KIND_CODES:
         fail(op, ValueError, f"unknown activation {kind!r}; expected one of {', '.join(ACTIVATIONS)}")
@@ -57,7 +50,7 @@ def _check_kind(op: str, kind: Any) -> None:
 def _check_float(op: str, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         fail(op, TypeError, f"{name} must be a real number, got {value!r}")
-    if math.isnan(value):
+    if value != value:  # NaN (math.isnan does not trace under torch.compile)
         fail(op, ValueError, f"{name} must not be NaN")
 
 

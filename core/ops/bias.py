@@ -7,7 +7,6 @@ Each op is one :class:`OpDef`; both frontends call ``OP.plan(...)``.
 from __future__ import annotations
 
 from ..dtypes import HIGH_PRECISION
-from .activation import fp32
 from .opdef import KernelCall, OpDef, TensorSpec, fail
 from .quantize import ArrayMeta
 
@@ -63,7 +62,7 @@ def _validate_scale(x: ArrayMeta, c: float) -> None:
 
 
 def _infer_scale(x: ArrayMeta, c: float) -> KernelCall:
-    return KernelCall("scale", ("x",), (TensorSpec("y", tuple(x.shape), x.dtype),), (("c", fp32(c)),))
+    return KernelCall("scale", ("x",), (TensorSpec("y", tuple(x.shape), x.dtype),), (("c", float(c)),))
 
 
 SCALE = OpDef(name="scale", args=("x",), attrs=("c",), validate=_validate_scale, infer=_infer_scale)

@@ -6,11 +6,9 @@ Each op is one :class:`OpDef`; both frontends call ``OP.plan(...)``.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ..dtypes import HIGH_PRECISION
-from .activation import fp32
 from .opdef import KernelCall, OpDef, TensorSpec, ceil_div, fail
 from .quantize import RNG_DTYPES, ArrayMeta
 
@@ -27,13 +25,16 @@ def mask_shape(shape: tuple[Any, ...]) -> tuple[Any]:
     return (ceil_div(numel(shape), 8),)
 
 
-def _check_p(op: str, p: Any) -> float:
+# The largest p that rounds to an fp32 below 1: from 1 - 2**-25 on, p rounds to 1.0 (a tie goes
+# to the even 1.0). Attributes reach the kernels as fp32, so every check is on the rounded value.
+_P_LIMIT = 1.0 - 2.0**-25
+
+
+def _check_p(op: str, p: Any) -> None:
     if isinstance(p, bool) or not isinstance(p, (int, float)):
         fail(op, TypeError, f"p must be a float in [0, 1), got {p!r}")
-    p32 = fp32(p) if not math.isnan(p) else p
-    if math.isnan(p) or not 0.0 <= p32 < 1.0:
+    if not 0.0 <= p < _P_LIMIT:  # NaN fails both comparisons
         fail(op, ValueError, f"p must be in [0, 1) (after rounding to float32), got {p!r}")
-    return p32
 
 
 def _check_data(op: str, name: str, x: ArrayMeta) -> None:
@@ -57,7 +58,7 @@ def _validate_fwd(x: ArrayMeta, p: float, rng: ArrayMeta | None) -> None:
 def _infer_fwd(x: ArrayMeta, p: float, rng: ArrayMeta | None) -> KernelCall:
     return KernelCall("dropout_fwd", ("x", "rng"),
                       (TensorSpec("y", tuple(x.shape), x.dtype), TensorSpec("mask", mask_shape(x.shape), "uint8")),
-                      (("p", fp32(p)),))
+                      (("p", float(p)),))
 
 
 DROPOUT_FWD = OpDef(name="dropout_fwd", args=("x", "rng"), attrs=("p",), validate=_validate_fwd, infer=_infer_fwd)
@@ -85,7 +86,7 @@ def _validate_bwd(dy: ArrayMeta, mask: ArrayMeta, p: float) -> None:
 
 def _infer_bwd(dy: ArrayMeta, mask: ArrayMeta, p: float) -> KernelCall:
     return KernelCall("dropout_bwd", ("dy", "mask"), (TensorSpec("dx", tuple(dy.shape), dy.dtype),),
-                      (("p", fp32(p)),))
+                      (("p", float(p)),))
 
 
 DROPOUT_BWD = OpDef(name="dropout_bwd", args=("dy", "mask"), attrs=("p",), validate=_validate_bwd, infer=_infer_bwd)
