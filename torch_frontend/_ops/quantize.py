@@ -7,7 +7,8 @@ from typing import Sequence
 
 import torch
 
-from ...ops.quantize import DEQUANTIZE, QUANTIZE, UPDATE_DELAYED_SCALING
+from ...ops.quantize import (DEQUANTIZE, F32_ABS_MASK, F32_INF_BITS, QUANTIZE, UPDATE_DELAYED_SCALING,
+                             validate_record_amax)
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
@@ -118,6 +119,25 @@ def update_delayed_scaling(amax_history: torch.Tensor, scale: torch.Tensor, fp8_
     return torch.ops.twinengine.update_delayed_scaling(amax_history, scale, fp8_dtype, margin, amax_compute_algo)
 
 
+def _order_key(bits: torch.Tensor) -> torch.Tensor:
+    return torch.where(bits >= 0, bits, bits ^ F32_ABS_MASK)
+
+
 def record_amax(amax_history: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
-    """History with row 0 raised to max(H[0], amax) (NUMERICS.md §3 quantize step)."""
-    return torch.cat([torch.maximum(amax_history[:1], amax.reshape(amax_history[:1].shape)), amax_history[1:]])
+    """History with row 0 raised to `amax` where it is larger (NUMERICS.md §3 quantize step),
+    functional.
+
+    Shapes: amax_history (L,) or (L, N); amax N values (any shape of N elements).
+    Numerics: ``twinengine.ops.quantize.RECORD_AMAX_RULE`` — computed on the fp32 bits, so
+        subnormal amaxes are kept whatever the FTZ/DAZ mode; a NaN amax is skipped; identical
+        bytes to ``twinengine.jax.record_amax``.
+    Raises:
+        TypeError / ValueError: non-float32 arrays, or an amax count that is not the slot count.
+    """
+    validate_record_amax(meta(amax_history), meta(amax))
+    head = amax_history[:1].contiguous().view(torch.int32)
+    new = amax.reshape(head.shape).contiguous().view(torch.int32)
+    nan_new = (new & F32_ABS_MASK) > F32_INF_BITS
+    nan_head = (head & F32_ABS_MASK) > F32_INF_BITS
+    take = ~nan_new & ~nan_head & (_order_key(new) > _order_key(head))
+    return torch.cat([torch.where(take, new, head).view(torch.float32), amax_history[1:]])
