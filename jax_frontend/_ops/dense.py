@@ -128,7 +128,6 @@ def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | N
         stochastically (NVFP4); the same values as the torch Linear's rng_state give the same bytes.
     Raises:
         TypeError / ValueError: unsupported recipe or combination, missing / mismatched state.
-        RuntimeError: an autocast region entered outside the jitted function (stale recipe).
     """
     if recipe is None:
         recipe = current_recipe()
