@@ -222,6 +222,7 @@ def test_linear_quantized_weight_eager_and_compiled():
 def test_linear_bf16_compiled_matches_eager(recipe):
     # NVFP4BlockScaling: RHT on the columnwise copies (bf16 only), 2D weights, stochastic
     # rounding of dy from the layer's rng_state, which advances per call (two steps differ).
+    # MXFP8 leaves rng_state alone.
     def run(step):
         layer, x = make_layer(dtype=torch.bfloat16), make_input(dtype=torch.bfloat16)
         out = []
@@ -236,7 +237,9 @@ def test_linear_bf16_compiled_matches_eager(recipe):
     for e, c in zip(eager, compiled):
         for a, b in zip(e, c):
             assert_bytes_equal(a, b, "bf16")
-    assert torch.equal(eager[1][4], torch.tensor([0, 2]))
+    # only recipes that round stochastically draw from (and advance) rng_state
+    assert torch.equal(eager[1][4], torch.tensor([0, 2] if getattr(recipe.quantizer("grad_output"), "stochastic_rounding", False)
+                                                 else [0, 0]))
 
 
 def test_linear_rejects_mixed_quantizer_families():

@@ -45,7 +45,7 @@ def _linear_setup(ctx, inputs, output):
 
 
 def _linear_backward(ctx, dy):
-    x, weight = ctx.saved_tensors
+    x, weight = (t.detach() for t in ctx.saved_tensors)  # torch.func runs backwards with grad enabled
     dy2 = dy.reshape(-1, dy.shape[-1])
     x2 = x.reshape(-1, x.shape[-1])
     dx = gemm(dy2, weight, b_columnwise=True, out_dtype=x.dtype).reshape(x.shape)
@@ -55,6 +55,25 @@ def _linear_backward(ctx, dy):
 
 
 _linear.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
+class _LinearFunction(torch.autograd.Function):
+    """The differentiable path of ``linear`` in high precision. An autograd.Function with
+    setup_context (not the custom op's register_autograd, which torch.func rejects in torch
+    2.13) over the same custom op and the same backward, so torch.func.grad / vjp /
+    functional_call, eager autograd and torch.compile run one code path."""
+
+    @staticmethod
+    def forward(x, weight, bias):
+        return torch.ops.twinengine.linear(x, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _linear_setup(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _linear_backward(ctx, dy)
 
 
 # ---- quantized --------------------------------------------------------------------------
@@ -135,6 +154,22 @@ def _linear_quantized_backward(ctx, dy, *unused_grads):
 _linear_quantized.register_autograd(_linear_quantized_backward, setup_context=_linear_quantized_setup)
 
 
+class _LinearQuantizedFunction(torch.autograd.Function):
+    """The differentiable path of ``linear`` under a recipe (see ``_LinearFunction``)."""
+
+    @staticmethod
+    def forward(*inputs):
+        return torch.ops.twinengine.linear_quantized(*inputs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _linear_quantized_setup(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _linear_quantized_backward(ctx, *grads)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
            delayed_state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
            rng: torch.Tensor | None = None) -> torch.Tensor:
@@ -160,7 +195,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
         if quantized_weight:
             raise TypeError("twinengine.linear: a QuantizedTensor weight needs an active "
                             "twinengine.pytorch.autocast(recipe=...) region")
-        return torch.ops.twinengine.linear(x, weight, bias)
+        return _LinearFunction.apply(x, weight, bias)
     qs = linear_quantizers(recipe)
     check_rng(qs, rng is not None)
     if quantized_weight and weight.quantizer.scaling_mode == "nvfp4":
@@ -176,7 +211,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
                    weight.columnwise_scale_inv)
     else:
         w_parts = (weight, None, None, None, None)
-    y, *_, amax = torch.ops.twinengine.linear_quantized(
+    y, *_, amax = _LinearQuantizedFunction.apply(
         x, w_parts[0], bias, *w_parts[1:], qs.input, weight_q, qs.grad_output, fwd_scale, bwd_scale, bwd_history,
         rng if qs.needs_rng else None, qs.margin, qs.amax_compute_algo)
     if qs.delayed:

@@ -58,6 +58,28 @@ def _(amax_history, scale, fp8_dtype, margin, amax_compute_algo):
     return new_history, new_scale
 
 
+def _unbatched(value, dim, index):
+    """Element `index` of a vmapped argument (unchanged when not batched)."""
+    return value.select(dim, index) if isinstance(dim, int) else value
+
+
+def _sequential_vmap(op):
+    """A vmap rule running `op` once per batch element and stacking the results along dim 0:
+    under torch.func.vmap each element is quantized (or dequantized) on its own, as under
+    jax.vmap, so batching never changes the bytes."""
+    def rule(info, in_dims, *args):
+        results = [op(*(_unbatched(a, d, i) for a, d in zip(args, in_dims))) for i in range(info.batch_size)]
+        if isinstance(results[0], torch.Tensor):
+            return torch.stack(results), 0
+        stacked = [torch.stack(column) for column in zip(*results)]
+        return stacked, [0] * len(stacked)
+    return rule
+
+
+torch.library.register_vmap("twinengine::quantize", _sequential_vmap(torch.ops.twinengine.quantize))
+torch.library.register_vmap("twinengine::dequantize", _sequential_vmap(torch.ops.twinengine.dequantize))
+
+
 def _as_quantized(data, scale_inv, amax, quantizer, shape, columnwise) -> QuantizedTensor:
     prefix = "columnwise" if columnwise else "rowwise"
     fields = {f"{prefix}_data": data, f"{prefix}_scale_inv": scale_inv,

@@ -6,7 +6,9 @@ import math
 
 import torch
 
+from ...linear import linear_quantizers
 from .._ops.linear import linear
+from ..autocast import current_recipe
 
 
 class Linear(torch.nn.Module):
@@ -21,7 +23,8 @@ class Linear(torch.nn.Module):
     RNG: ``rng_state`` int64 (2,) buffer [seed, offset] (seed ``rng_seed``, offset 0): recipes
         whose grad_output rounds stochastically (NVFP4) use it for the call and advance the
         offset by one per forward, the same deterministic sequence ``twinengine.jax.dense``
-        reproduces with ``rng=[seed, offset]``.
+        reproduces with ``rng=[seed, offset]``; other recipes (and high precision) neither
+        read nor advance it, so their forward mutates no buffer (torch.func-friendly).
     Weight: ``weight`` may be replaced by a twinengine QuantizedTensor holding both copies
         (``del layer.weight; layer.weight = qt``): it is then used as is, without a gradient.
     """
@@ -49,6 +52,10 @@ class Linear(torch.nn.Module):
             torch.nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        recipe = current_recipe()
+        if recipe is None or not linear_quantizers(recipe).needs_rng:
+            return linear(x, self.weight, self.bias, delayed_state=(self.fwd_amax_history, self.fwd_scale,
+                                                                     self.bwd_amax_history, self.bwd_scale))
         # Advance first and use a value computed from the advanced state: a plain clone of the
         # buffer may be elided by inductor and then read after the buffer update.
         step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
