@@ -53,3 +53,18 @@ class autocast:
     def __exit__(self, *exc_info: object) -> bool:
         _STATE.stack.pop()
         return False
+
+
+class replay_region:
+    """Internal: runs a replayed call (an activation-checkpointing recompute) under exactly the
+    recipe its original call saw (None: high precision), whatever regions are active now."""
+
+    def __init__(self, recipe: Recipe | None) -> None:
+        self.recipe = recipe
+
+    def __enter__(self) -> None:
+        _STATE.stack.append(self.recipe)
+
+    def __exit__(self, *exc_info: object) -> bool:
+        _STATE.stack.pop()
+        return False

@@ -7,8 +7,9 @@ import math
 import torch
 
 from ...linear import linear_quantizers
+from ...recipe import DelayedScaling
 from .._ops.linear import linear
-from ..autocast import current_recipe
+from ..autocast import current_recipe, replay_region
 
 
 class Linear(torch.nn.Module):
@@ -52,14 +53,84 @@ class Linear(torch.nn.Module):
             torch.nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():
+            if torch._C._current_graph_task_id() != -1:
+                return self._recompute(x)  # a forward run by the backward pass: checkpoint recompute
+            if not torch.is_grad_enabled() or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+                self._record(x)  # a forward that activation checkpointing may recompute
+        return self._forward(x, self.fwd_amax_history, self.fwd_scale, None)
+
+    def _forward(self, x: torch.Tensor, fwd_history: torch.Tensor, fwd_scale: torch.Tensor,
+                 rng: torch.Tensor | None) -> torch.Tensor:
+        state = (fwd_history, fwd_scale, self.bwd_amax_history, self.bwd_scale)
         recipe = current_recipe()
         if recipe is None or not linear_quantizers(recipe).needs_rng:
-            return linear(x, self.weight, self.bias, delayed_state=(self.fwd_amax_history, self.fwd_scale,
-                                                                     self.bwd_amax_history, self.bwd_scale))
-        # Advance first and use a value computed from the advanced state: a plain clone of the
-        # buffer may be elided by inductor and then read after the buffer update.
-        step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
-        advanced = self.rng_state + step
-        self.rng_state.copy_(advanced)
-        return linear(x, self.weight, self.bias, rng=advanced - step,
-                      delayed_state=(self.fwd_amax_history, self.fwd_scale, self.bwd_amax_history, self.bwd_scale))
+            if isinstance(recipe, DelayedScaling) and torch.compiler.is_compiling():
+                _mark_stateful_compiled_forward()
+            return linear(x, self.weight, self.bias, delayed_state=state)
+        if rng is None:
+            if torch.compiler.is_compiling():
+                _mark_stateful_compiled_forward()
+            # Advance first and use a value computed from the advanced state: a plain clone of
+            # the buffer may be elided by inductor and then read after the buffer update.
+            step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
+            advanced = self.rng_state + step
+            self.rng_state.copy_(advanced)
+            rng = advanced - step
+        return linear(x, self.weight, self.bias, rng=rng, delayed_state=state)
+
+    # ---- activation checkpointing (eager) -------------------------------------------------
+    # torch.utils.checkpoint re-runs the forward inside the backward pass (both modes), where
+    # no autocast region is active and the state has moved on. A forward that checkpointing may
+    # recompute (grad disabled: the reentrant first pass; saved-tensor hooks active: the
+    # non-reentrant one) records what it used — the recipe, the forward scales, the rng value —
+    # keyed by the input's bytes; the recompute replays exactly that call without touching the
+    # buffers (the grad slot is updated once, by the one backward that runs). Compiled code
+    # needs none of this: AOTAutograd recomputes inside the graph from the same values.
+
+    def _record(self, x: torch.Tensor) -> None:
+        recipe = current_recipe()
+        rng = None
+        if recipe is not None and linear_quantizers(recipe).needs_rng:
+            rng = self.rng_state.clone()
+        records = self.__dict__.setdefault("_checkpoint_records", {})
+        records.setdefault(_input_key(x), []).append((recipe, self.fwd_scale.detach().clone(), rng))
+        while len(records) > _MAX_RECORDS:  # forwards never recomputed (evaluation): drop the oldest
+            records.pop(next(iter(records)))
+
+    def _recompute(self, x: torch.Tensor) -> torch.Tensor:
+        pending = self.__dict__.get("_checkpoint_records", {}).get(_input_key(x))
+        if not pending:
+            raise RuntimeError(
+                "twinengine.pytorch.Linear: a forward ran inside a backward pass (activation checkpointing "
+                "recompute) with an input this layer did not see in a checkpointed forward; the recomputed "
+                "forward must be deterministic and see the same inputs")
+        recipe, fwd_scale, rng = pending.pop(0)
+        if not pending:
+            del self._checkpoint_records[_input_key(x)]
+        # throwaway forward state: the recompute reads the recorded scales and updates nothing
+        with replay_region(recipe):
+            return self._forward(x, self.fwd_amax_history.detach().clone(), fwd_scale.clone(), rng)
+
+
+_MAX_RECORDS = 4096
+
+
+def _input_key(x: torch.Tensor) -> tuple:
+    """The identity of a forward's input for matching a recompute to its original call."""
+    return (tuple(x.shape), x.dtype, x.device, int(torch.hash_tensor(x.detach())))
+
+
+_STATEFUL_COMPILED_FORWARD: dict[str, bool] = {}
+"""Written by every compiled forward that advances layer state (DelayedScaling scales,
+stochastic-rounding offsets)."""
+
+
+def _mark_stateful_compiled_forward() -> None:
+    # A Python side effect on purpose. Outside torch.utils.checkpoint Dynamo replays it (a
+    # harmless attribute write). Inside a compiled checkpoint region Dynamo cannot replay side
+    # effects in the recompute, so it graph-breaks — the region then runs as eager
+    # checkpointing, which replays this layer exactly (see _record / _recompute) — or, with
+    # fullgraph=True, raises "HOP: Unsafe side effect" instead of recomputing the forward from
+    # already-advanced state (a silently different gradient).
+    _STATEFUL_COMPILED_FORWARD["seen"] = True
