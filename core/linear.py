@@ -8,7 +8,7 @@ import dataclasses
 
 from .ops.opdef import fail
 from .quantizers import Quantizer
-from .recipe import DelayedScaling, Recipe
+from .recipe import DelayedScaling, NVFP4BlockScaling, Recipe
 
 _OP = "linear"
 
@@ -55,9 +55,14 @@ class LinearQuantizers:
         return bool(getattr(self.grad_output, "stochastic_rounding", False))
 
 
-def linear_quantizers(recipe: Recipe) -> LinearQuantizers:
+def linear_quantizers(recipe: Recipe, input_dtype: str | None = None) -> LinearQuantizers:
     """The quantizers a Linear uses under `recipe` (called at each call, so the recipe in force
     at that call decides).
+
+    ``input_dtype`` (canonical name of x's dtype, which dy shares): NVFP4BlockScaling applies
+    the RHT only to bfloat16 operands, where NUMERICS.md §7.8 defines it. For float32 / float16
+    models its input and grad_output quantizers drop ``with_rht`` (RHT off), so they quantize
+    exactly as ``NVFP4BlockScaling(disable_rht=True)`` would — bytes defined, no error.
 
     Raises:
         ValueError: a quantizer lacks the rowwise or the columnwise usage.
@@ -68,6 +73,8 @@ def linear_quantizers(recipe: Recipe) -> LinearQuantizers:
     if not isinstance(recipe, Recipe):
         fail(_OP, TypeError, f"recipe must be a twinengine.recipe.Recipe, got {type(recipe).__name__}")
     roles = {role: recipe.quantizer(role) for role in ("input", "weight", "grad_output")}
+    if isinstance(recipe, NVFP4BlockScaling) and input_dtype is not None and input_dtype != "bfloat16":
+        roles = {role: dataclasses.replace(q, with_rht=False) for role, q in roles.items()}
     delayed = isinstance(recipe, DelayedScaling)
     for role, q in roles.items():
         if not (q.rowwise and q.columnwise):

@@ -15,6 +15,7 @@ from ...linear import LinearQuantizers, check_delayed_state, check_rng, linear_q
 from ...ops.gemm import gemm_operand
 from ...recipe import Recipe
 from ..autocast import current_recipe
+from .._library import dtype_name
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
 
@@ -133,7 +134,7 @@ def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | N
         recipe = current_recipe()
     if recipe is None:
         return _dense(x, kernel, bias)
-    qs = linear_quantizers(recipe)
+    qs = linear_quantizers(recipe, dtype_name(x.dtype))
     check_rng(qs, rng is not None)
     rng = jnp.asarray(rng) if qs.needs_rng else None
     if qs.delayed:

@@ -16,6 +16,7 @@ from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from ..autocast import current_recipe
+from .._library import dtype_name
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
 
@@ -196,7 +197,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
             raise TypeError("twinengine.linear: a QuantizedTensor weight needs an active "
                             "twinengine.pytorch.autocast(recipe=...) region")
         return _LinearFunction.apply(x, weight, bias)
-    qs = linear_quantizers(recipe)
+    qs = linear_quantizers(recipe, dtype_name(x.dtype))
     check_rng(qs, rng is not None)
     if quantized_weight and weight.quantizer.scaling_mode == "nvfp4":
         raise TypeError("twinengine.linear: pre-quantized NVFP4 weights are not supported; pass the high-precision "
