@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from ..dtypes import FP8_DTYPES, HIGH_PRECISION
+from ..dtypes import FP8_DTYPES, HIGH_PRECISION, canonical_dtype
 from ..quantized_tensor import QuantizedTensor
 from ..quantizers import (
     Float8BlockQuantizer,
@@ -268,6 +268,26 @@ def _validate_dequantize(qt: QuantizedTensor, out_dtype: str, columnwise: bool =
     if _DEQUANTIZE_KERNELS[quantizer.scaling_mode][1] and getattr(qt, _amax_field(columnwise)) is None:
         fail(op, ValueError, f"the QuantizedTensor's {_amax_field(columnwise)} (the global amax of its {usage} "
              "copy) is missing")
+    _check_layout(op, qt, (data, scale_inv, _amax_field(columnwise)))
+
+
+def _check_layout(op: str, qt: QuantizedTensor, names: Sequence[str]) -> None:
+    """The arrays of `qt` named in `names` must have the shapes and dtypes a quantize of an input
+    of shape qt.shape gives (NUMERICS.md §4-§7 layouts), so that no kernel reads out of bounds."""
+    shape = tuple(qt.shape)
+    if len(shape) < 1:
+        fail(op, ValueError, f"the QuantizedTensor's shape must have rank >= 1, got {shape}")
+    expected = {spec.name: spec for spec in _QUANTIZE_KERNELS[qt.quantizer.scaling_mode][2](
+        ArrayMeta(shape, "float32"), qt.quantizer)}
+    for name in names:
+        array, spec = getattr(qt, name), expected.get(name)
+        if array is None or spec is None:
+            continue
+        dtype = canonical_dtype(array.dtype)
+        if tuple(array.shape) != tuple(spec.shape) or dtype != spec.dtype:
+            fail(op, ValueError, f"the QuantizedTensor's {name} has shape {tuple(array.shape)} and dtype {dtype}, "
+                 f"but a {type(qt.quantizer).__name__} of an input of shape {shape} gives {tuple(spec.shape)} "
+                 f"{spec.dtype}; the arrays do not belong to this shape / quantizer")
 
 
 def _infer_dequantize(qt: QuantizedTensor, out_dtype: str, columnwise: bool = False) -> KernelCall:

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...linear import LinearQuantizers, check_delayed_state, check_rng, linear_quantizers
+from ...linear import LinearQuantizers, check_delayed_state, check_linear_shapes, check_rng, linear_quantizers
 from ...ops.gemm import gemm_operand
 from ...recipe import Recipe
 from ..autocast import current_recipe
@@ -130,6 +130,8 @@ def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | N
     Raises:
         TypeError / ValueError: unsupported recipe or combination, missing / mismatched state.
     """
+    x, kernel = jnp.asarray(x), jnp.asarray(kernel)
+    check_linear_shapes(x.shape, kernel.shape[::-1], None if bias is None else jnp.shape(bias))
     if recipe is None:
         recipe = current_recipe()
     if recipe is None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from ...linear import check_delayed_state, check_rng, linear_quantizers
+from ...linear import check_delayed_state, check_linear_shapes, check_rng, linear_quantizers
 from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from ..autocast import current_recipe
-from .._library import dtype_name
+from .._library import dtype_name, surface_errors, tensor_fallback
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
 
@@ -171,6 +171,7 @@ class _LinearQuantizedFunction(torch.autograd.Function):
         return _linear_quantized_backward(ctx, *grads)
 
 
+@surface_errors(tensor_fallback)
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
            delayed_state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
            rng: torch.Tensor | None = None) -> torch.Tensor:
@@ -192,6 +193,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
     """
     recipe = current_recipe()
     quantized_weight = isinstance(weight, QuantizedTensor)
+    check_linear_shapes(x.shape, weight.shape, None if bias is None else bias.shape)
     if recipe is None:
         if quantized_weight:
             raise TypeError("twinengine.linear: a QuantizedTensor weight needs an active "

@@ -11,7 +11,8 @@ from ...ops.quantize import (DEQUANTIZE, F32_ABS_MASK, F32_INF_BITS, QUANTIZE, U
                              validate_record_amax)
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
+from .._library import (check_tensor_device, dtype_name, empty_outputs, launch, meta, surface_errors,
+                        tensor_fallback, tuple_fallback)
 
 
 @torch.library.custom_op("twinengine::quantize", mutates_args=())
@@ -80,6 +81,12 @@ torch.library.register_vmap("twinengine::quantize", _sequential_vmap(torch.ops.t
 torch.library.register_vmap("twinengine::dequantize", _sequential_vmap(torch.ops.twinengine.dequantize))
 
 
+def _quantized_fallback(err, x, quantizer, **kwargs) -> QuantizedTensor:
+    return QuantizedTensor(rowwise_data=err, rowwise_scale_inv=err, columnwise_data=err, columnwise_scale_inv=err,
+                           amax=err, columnwise_amax=err, quantizer=quantizer if isinstance(quantizer, Quantizer) else None,
+                           shape=tuple(err.shape))
+
+
 def _as_quantized(data, scale_inv, amax, quantizer, shape, columnwise) -> QuantizedTensor:
     prefix = "columnwise" if columnwise else "rowwise"
     fields = {f"{prefix}_data": data, f"{prefix}_scale_inv": scale_inv,
@@ -87,6 +94,7 @@ def _as_quantized(data, scale_inv, amax, quantizer, shape, columnwise) -> Quanti
     return QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(shape))
 
 
+@surface_errors(_quantized_fallback)
 def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | None = None,
              rng: torch.Tensor | None = None) -> QuantizedTensor:
     """Quantizes `x` as `quantizer` describes.
@@ -111,6 +119,7 @@ def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | Non
     return QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(x.shape), dtype=dtype_name(x.dtype))
 
 
+@surface_errors(tensor_fallback)
 def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32, *, columnwise: bool = False) -> torch.Tensor:
     """Dequantizes the rowwise (or, with ``columnwise=True``, the columnwise) copy of `qt`.
 
@@ -129,6 +138,7 @@ def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32, *, colum
                                            qt.quantizer, list(qt.shape), name, columnwise)
 
 
+@surface_errors(tuple_fallback(2))
 def update_delayed_scaling(amax_history: torch.Tensor, scale: torch.Tensor, fp8_dtype: str, *, margin: int = 0,
                            amax_compute_algo: str = "max") -> tuple[torch.Tensor, torch.Tensor]:
     """Delayed-scaling update (NUMERICS.md §3), functional: returns (new_amax_history, new_scale).
@@ -145,6 +155,7 @@ def _order_key(bits: torch.Tensor) -> torch.Tensor:
     return torch.where(bits >= 0, bits, bits ^ F32_ABS_MASK)
 
 
+@surface_errors(tensor_fallback)
 def record_amax(amax_history: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
     """History with row 0 raised to `amax` where it is larger (NUMERICS.md §3 quantize step),
     functional.

@@ -8,6 +8,7 @@ import torch
 
 from ...linear import linear_quantizers
 from ...recipe import DelayedScaling
+from .._library import surface_errors, tensor_fallback
 from .._ops.linear import linear
 from ..autocast import current_recipe, replay_region
 
@@ -42,15 +43,29 @@ class Linear(torch.nn.Module):
             self.register_buffer(name, torch.zeros(shape, dtype=torch.float32, device=device))
         self.register_buffer("fwd_scale", torch.ones(2, dtype=torch.float32, device=device))
         self.register_buffer("bwd_scale", torch.ones(1, dtype=torch.float32, device=device))
-        self.register_buffer("rng_state", torch.tensor([rng_seed, 0], dtype=torch.int64, device=device))
+        self.register_buffer("rng_state", torch.empty(2, dtype=torch.int64, device=device))
+        self.rng_seed = rng_seed
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """torch.nn.Linear's initialisation (from torch's global RNG)."""
-        torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        """torch.nn.Linear's initialisation (from torch's global RNG) of the parameters, and the
+        initial state: histories 0, scales 1, rng_state [rng_seed, 0].
+
+        Deferred initialisation: build on ``device="meta"``, then ``to_empty(device=...)`` and
+        call ``reset_parameters()`` (``to_empty`` leaves every tensor uninitialised); the result
+        equals a layer built on that device from the same torch RNG state.
+        """
+        if isinstance(self.weight, torch.nn.Parameter):  # not a pre-quantized QuantizedTensor weight
+            torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
             torch.nn.init.uniform_(self.bias, -bound, bound)
+        with torch.no_grad():
+            for name in ("fwd_amax_history", "bwd_amax_history"):
+                getattr(self, name).zero_()
+            self.fwd_scale.fill_(1.0)
+            self.bwd_scale.fill_(1.0)
+            self.rng_state.copy_(torch.tensor([self.rng_seed, 0], dtype=torch.int64))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.compiler.is_compiling():
@@ -60,6 +75,7 @@ class Linear(torch.nn.Module):
                 self._record(x)  # a forward that activation checkpointing may recompute
         return self._forward(x, self.fwd_amax_history, self.fwd_scale, None)
 
+    @surface_errors(tensor_fallback)
     def _forward(self, x: torch.Tensor, fwd_history: torch.Tensor, fwd_scale: torch.Tensor,
                  rng: torch.Tensor | None) -> torch.Tensor:
         state = (fwd_history, fwd_scale, self.bwd_amax_history, self.bwd_scale)
