@@ -161,5 +161,19 @@ def _register_pytree() -> None:
     )
 
 
+def _register_pickle_codec() -> None:
+    """float8 tensors cannot go through plain pickle (torch's UntypedStorage has no dtype for
+    them): a QuantizedTensor pickles them as their uint8 bytes plus the dtype name."""
+    from ..quantized_tensor import PICKLE_CODECS
+
+    float8 = {torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2"}
+    PICKLE_CODECS.append((
+        lambda a: isinstance(a, torch.Tensor) and a.dtype in float8,
+        lambda a: (float8[a.dtype], a.detach().contiguous().view(torch.uint8)),
+        lambda payload: payload[1].view(torch_dtype(payload[0])),
+    ))
+
+
 _register_quantizers()
 _register_pytree()
+_register_pickle_codec()
