@@ -8,7 +8,7 @@ import dataclasses
 
 from .ops.opdef import fail
 from .quantizers import Quantizer
-from .recipe import DelayedScaling, Recipe
+from .recipe import DelayedScaling, NVFP4BlockScaling, Recipe
 
 _OP = "linear"
 
@@ -55,9 +55,14 @@ class LinearQuantizers:
         return bool(getattr(self.grad_output, "stochastic_rounding", False))
 
 
-def linear_quantizers(recipe: Recipe) -> LinearQuantizers:
+def linear_quantizers(recipe: Recipe, input_dtype: str | None = None) -> LinearQuantizers:
     """The quantizers a Linear uses under `recipe` (called at each call, so the recipe in force
     at that call decides).
+
+    ``input_dtype`` (canonical name of x's dtype, which dy shares): NVFP4BlockScaling applies
+    the RHT only to bfloat16 operands, where NUMERICS.md §7.8 defines it. For float32 / float16
+    models its input and grad_output quantizers drop ``with_rht`` (RHT off), so they quantize
+    exactly as ``NVFP4BlockScaling(disable_rht=True)`` would — bytes defined, no error.
 
     Raises:
         ValueError: a quantizer lacks the rowwise or the columnwise usage.
@@ -67,6 +72,9 @@ def linear_quantizers(recipe: Recipe) -> LinearQuantizers:
     """
     if not isinstance(recipe, Recipe):
         fail(_OP, TypeError, f"recipe must be a twinengine.recipe.Recipe, got {type(recipe).__name__}")
+    if isinstance(recipe, NVFP4BlockScaling) and input_dtype is not None and input_dtype != "bfloat16":
+        recipe = NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=recipe.disable_stochastic_rounding,
+                                   disable_2d_quantization=recipe.disable_2d_quantization)
     roles = {role: recipe.quantizer(role) for role in ("input", "weight", "grad_output")}
     delayed = isinstance(recipe, DelayedScaling)
     for role, q in roles.items():
@@ -114,3 +122,22 @@ def check_rng(quantizers: LinearQuantizers, has_rng: bool) -> None:
     if quantizers.needs_rng and not has_rng:
         fail(_OP, ValueError, "the recipe's grad_output quantizer rounds stochastically and needs rng= (an integer "
              "array [seed, offset] of shape (2,); twinengine.pytorch.Linear keeps one as its rng_state buffer)")
+
+
+def check_linear_shapes(x_shape, weight_shape, bias_shape) -> None:
+    """Shared shape checks of Linear / dense: x (..., K), weight (N, K) with K >= 1, bias (N,).
+
+    Raises:
+        ValueError: a mismatch, or K = 0 (an empty reduction, which no recipe can scale).
+    """
+    x_shape, weight_shape = tuple(x_shape), tuple(weight_shape)
+    if len(x_shape) < 1 or len(weight_shape) != 2:
+        fail(_OP, ValueError, f"x must have rank >= 1 and the weight shape (out_features, in_features), got x "
+             f"{x_shape} and weight {weight_shape}")
+    if x_shape[-1] != weight_shape[1]:
+        fail(_OP, ValueError, f"x has {x_shape[-1]} input features but the weight {weight_shape} expects "
+             f"{weight_shape[1]}")
+    if weight_shape[1] == 0:
+        fail(_OP, ValueError, f"in_features must be >= 1, got x of shape {x_shape} (an empty reduction)")
+    if bias_shape is not None and tuple(bias_shape) != (weight_shape[0],):
+        fail(_OP, ValueError, f"bias must have shape ({weight_shape[0]},), got {tuple(bias_shape)}")

@@ -3,6 +3,9 @@ registration, the QuantizedTensor pytree, and launching a core KernelCall on ten
 
 from __future__ import annotations
 
+import functools
+from typing import Any, Callable
+
 import torch
 import torch.utils._pytree as pytree
 from torch._library.opaque_object import register_opaque_type
@@ -75,6 +78,71 @@ def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device) -
     return outputs
 
 
+# ---- our errors under torch.compile(fullgraph=True) ------------------------------------------
+# Dynamo turns an exception raised while it traces (our shared core checks run at trace time)
+# into torch._dynamo.exc.Unsupported ("Observed exception") under fullgraph=True. The public
+# functions therefore catch our TypeError / ValueError while compiling and put a call of
+# twinengine::raise_error into the graph instead: it raises the same type with the same text
+# when the compiled code runs — before any op that consumes the failed call's results (they
+# depend on its output), and never removed (it is registered as a side effect).
+
+_ERROR_TYPES = {"TypeError": TypeError, "ValueError": ValueError}
+
+
+@torch.library.custom_op("twinengine::raise_error", mutates_args=())
+def _raise_error(anchor: torch.Tensor, exc_type: str, message: str) -> torch.Tensor:
+    raise _ERROR_TYPES[exc_type](message)
+
+
+@_raise_error.register_fake
+def _(anchor, exc_type, message):
+    return torch.empty_like(anchor)
+
+
+torch.fx.node.has_side_effect(torch.ops.twinengine.raise_error.default)
+
+
+def _first_tensor(values) -> torch.Tensor | None:
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return value
+        if isinstance(value, QuantizedTensor):
+            for name in ("rowwise_data", "columnwise_data"):
+                if getattr(value, name) is not None:
+                    return getattr(value, name)
+    return None
+
+
+def surface_errors(fallback: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of a public function: under torch.compile our TypeError / ValueError reach the
+    user with their type and text when the compiled code runs (see above). `fallback(err,
+    *args, **kwargs)` builds a stand-in result from the raise_error output `err` so that the
+    trace can go on; it is never returned to the user (the call raises first)."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not torch.compiler.is_compiling():
+                return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except (TypeError, ValueError) as error:
+                anchor = _first_tensor(list(args) + list(kwargs.values()))
+                if anchor is None or not str(error).startswith("twinengine."):
+                    raise
+                err = torch.ops.twinengine.raise_error(anchor, type(error).__name__, str(error))
+                return fallback(err, *args, **kwargs)
+        return wrapper
+    return decorate
+
+
+def tensor_fallback(err: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    return err
+
+
+def tuple_fallback(count: int) -> Callable[..., tuple[torch.Tensor, ...]]:
+    return lambda err, *args, **kwargs: (err,) * count
+
+
 def _register_quantizers() -> None:
     """Every concrete quantizer spec becomes an opaque *value* type: an argument of
     torch.ops.twinengine.* ops, baked into FX graphs, guarded by value."""
@@ -93,5 +161,19 @@ def _register_pytree() -> None:
     )
 
 
+def _register_pickle_codec() -> None:
+    """float8 tensors cannot go through plain pickle (torch's UntypedStorage has no dtype for
+    them): a QuantizedTensor pickles them as their uint8 bytes plus the dtype name."""
+    from ..quantized_tensor import PICKLE_CODECS
+
+    float8 = {torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2"}
+    PICKLE_CODECS.append((
+        lambda a: isinstance(a, torch.Tensor) and a.dtype in float8,
+        lambda a: (float8[a.dtype], a.detach().contiguous().view(torch.uint8)),
+        lambda payload: payload[1].view(torch_dtype(payload[0])),
+    ))
+
+
 _register_quantizers()
 _register_pytree()
+_register_pickle_codec()

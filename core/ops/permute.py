@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from ..dtypes import HIGH_PRECISION
+from ..dtypes import ABI_CODES, HIGH_PRECISION
 from ..quantized_tensor import QuantizedTensor
 from .opdef import KernelCall, OpDef, TensorSpec, fail, round_up
 
@@ -27,6 +27,39 @@ ROUTING_DTYPES = {"index": ("int32",), "mask": ("uint8", "int32")}
 """Kernel dtypes of a routing map (frontends view a bool mask as uint8 first)."""
 
 _MAX_ROWS = 2**31 - 1  # row ids are int32
+
+MOVABLE_DTYPES = tuple(ABI_CODES)
+"""dtypes whose rows the permutation kernels move as bytes (plain inputs and quantized fields)."""
+
+FRONTEND_ROUTING_DTYPES = {"index": ("int32", "int64"), "mask": ("bool", "uint8", "int32", "int64")}
+"""routing_map dtypes the public functions take: bool masks are viewed as uint8 and int64 maps
+(what ``torch.topk`` / ``jax.lax.top_k`` with x64 / ``one_hot`` return) converted to int32
+before the kernels see them (ROUTING_DTYPES)."""
+
+
+def check_routing_map(op: str, map_type: str, routing_map: Any) -> None:
+    """The frontends' first check of a routing map, before they read its values or convert it.
+
+    Raises:
+        ValueError: unknown map_type, or a routing map that is not 2-D.
+        TypeError: a dtype outside FRONTEND_ROUTING_DTYPES.
+    """
+    _check_map_type(op, map_type)
+    _check_2d(op, "routing_map", routing_map)
+    if routing_map.dtype not in FRONTEND_ROUTING_DTYPES[map_type]:
+        fail(op, TypeError, f"a {map_type} routing_map must have dtype "
+             f"{' or '.join(FRONTEND_ROUTING_DTYPES[map_type])}, got {routing_map.dtype}")
+
+
+def check_sort_chunks_probs(op: str, probs: Any, num_rows: Any) -> None:
+    """probs of sort_chunks_by_index_with_probs: high precision, one value per row of inp.
+
+    Raises:
+        TypeError: not float32 / bfloat16 / float16. ValueError: not of shape (num_rows,).
+    """
+    _check_hp(op, "probs", probs)
+    if tuple(probs.shape) != (num_rows,):
+        fail(op, ValueError, f"probs must have shape ({num_rows},) (one per row of inp), got {tuple(probs.shape)}")
 
 
 def _check_map_type(op: str, map_type: str) -> None:
@@ -113,6 +146,8 @@ def check_routing_values(op: str, map_type: str, min_value: int, max_value: int)
     """
     if map_type == "index" and min_value < 0:
         fail(op, ValueError, f"routing_map holds expert id {min_value}; expert ids must be >= 0")
+    if map_type == "index" and max_value > _MAX_ROWS:
+        fail(op, ValueError, f"routing_map holds expert id {max_value}; expert ids must be < 2**31")
     if map_type == "mask" and (min_value < 0 or max_value > 1):
         bad = min_value if min_value < 0 else max_value
         fail(op, ValueError, f"a mask routing_map must hold only 0 and 1, found {bad}")
@@ -250,6 +285,9 @@ def _validate_permute(inp: Any, row_id_map: Any, probs: Any, num_tokens: Any, nu
                       out_rows: Any = None) -> None:
     op = "moe_permute"
     _check_map_type(op, map_type)
+    if inp.dtype not in MOVABLE_DTYPES:
+        fail(op, TypeError, f"inp must have dtype {', '.join(MOVABLE_DTYPES)} (rows are moved as bytes), "
+             f"got {inp.dtype}")
     if len(inp.shape) != 2:
         fail(op, ValueError, f"inp must be 2-D (num_tokens, hidden), got shape {tuple(inp.shape)}")
     if inp.shape[0] != num_tokens and (out_rows is None or inp.shape[0] < num_tokens):

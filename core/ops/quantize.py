@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from ..dtypes import FP8_DTYPES, HIGH_PRECISION
+from ..dtypes import FP8_DTYPES, HIGH_PRECISION, canonical_dtype
 from ..quantized_tensor import QuantizedTensor
 from ..quantizers import (
     Float8BlockQuantizer,
@@ -273,6 +273,26 @@ def _validate_dequantize(qt: QuantizedTensor, out_dtype: str, columnwise: bool =
     if _DEQUANTIZE_KERNELS[quantizer.scaling_mode][1] and getattr(qt, _amax_field(columnwise)) is None:
         fail(op, ValueError, f"the QuantizedTensor's {_amax_field(columnwise)} (the global amax of its {usage} "
              "copy) is missing")
+    _check_layout(op, qt, (data, scale_inv, _amax_field(columnwise)))
+
+
+def _check_layout(op: str, qt: QuantizedTensor, names: Sequence[str]) -> None:
+    """The arrays of `qt` named in `names` must have the shapes and dtypes a quantize of an input
+    of shape qt.shape gives (NUMERICS.md §4-§7 layouts), so that no kernel reads out of bounds."""
+    shape = tuple(qt.shape)
+    if len(shape) < 1:
+        fail(op, ValueError, f"the QuantizedTensor's shape must have rank >= 1, got {shape}")
+    expected = {spec.name: spec for spec in _QUANTIZE_KERNELS[qt.quantizer.scaling_mode][2](
+        ArrayMeta(shape, "float32"), qt.quantizer)}
+    for name in names:
+        array, spec = getattr(qt, name), expected.get(name)
+        if array is None or spec is None:
+            continue
+        dtype = canonical_dtype(array.dtype)
+        if tuple(array.shape) != tuple(spec.shape) or dtype != spec.dtype:
+            fail(op, ValueError, f"the QuantizedTensor's {name} has shape {tuple(array.shape)} and dtype {dtype}, "
+                 f"but a {type(qt.quantizer).__name__} of an input of shape {shape} gives {tuple(spec.shape)} "
+                 f"{spec.dtype}; the arrays do not belong to this shape / quantizer")
 
 
 def _infer_dequantize(qt: QuantizedTensor, out_dtype: str, columnwise: bool = False) -> KernelCall:
@@ -344,6 +364,35 @@ UPDATE_DELAYED_SCALING = OpDef(
 )
 """update_delayed_scaling(amax_history, scale, fp8_dtype, margin, amax_compute_algo)
 -> (new_amax_history, new_scale), NUMERICS.md §3 per slot (column)."""
+
+
+# ---- recording an amax into the history -----------------------------------------------
+
+RECORD_AMAX_RULE = """record_amax(H, a), per slot: H[0] becomes ``a`` when neither is NaN and ``a`` is above H[0]
+in the fp32 order (subnormals kept, -0.0 below +0.0); otherwise H[0] is kept (a NaN amax is
+skipped, a NaN already in H[0] stays); rows 1.. are unchanged (NUMERICS.md §3 quantize step: ``H[0] = max(H[0], max|x|)`` with
+every amax NaN-skipping). Both frontends compute it on the fp32 bit patterns as int32 (a float
+comparison would flush subnormal amaxes to zero where the runtime sets FTZ/DAZ, as XLA's CPU
+threads do): the order key of bits ``b`` is ``b`` for ``b >= 0`` and ``b ^ 0x7FFFFFFF`` for
+``b < 0``, NaN is ``(b & 0x7FFFFFFF) > 0x7F800000``."""
+
+F32_ABS_MASK = 0x7FFFFFFF
+F32_INF_BITS = 0x7F800000
+
+
+def validate_record_amax(amax_history: ArrayMeta, amax: ArrayMeta) -> None:
+    op = "record_amax"
+    if amax_history.dtype != "float32" or amax.dtype != "float32":
+        fail(op, TypeError, f"amax_history and amax must be float32, got {amax_history.dtype} and {amax.dtype}")
+    if len(amax_history.shape) not in (1, 2) or amax_history.shape[0] < 1:
+        fail(op, ValueError, "amax_history must have shape (history_len,) or (history_len, slots) with "
+             f"history_len >= 1, got {tuple(amax_history.shape)}")
+    slots = amax_history.shape[1] if len(amax_history.shape) == 2 else 1
+    size = 1
+    for dim in amax.shape:
+        size = size * dim
+    if size != slots:
+        fail(op, ValueError, f"amax must hold one value per history slot ({slots}), got shape {tuple(amax.shape)}")
 
 
 def array_meta(shape: Sequence[Any], dtype: str) -> ArrayMeta:

@@ -11,10 +11,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...linear import LinearQuantizers, check_delayed_state, check_rng, linear_quantizers
+from ...linear import LinearQuantizers, check_delayed_state, check_linear_shapes, check_rng, linear_quantizers
 from ...ops.gemm import gemm_operand
 from ...recipe import Recipe
 from ..autocast import current_recipe
+from .._library import dtype_name
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
 
@@ -128,13 +129,14 @@ def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | N
         stochastically (NVFP4); the same values as the torch Linear's rng_state give the same bytes.
     Raises:
         TypeError / ValueError: unsupported recipe or combination, missing / mismatched state.
-        RuntimeError: an autocast region entered outside the jitted function (stale recipe).
     """
+    x, kernel = jnp.asarray(x), jnp.asarray(kernel)
+    check_linear_shapes(x.shape, kernel.shape[::-1], None if bias is None else jnp.shape(bias))
     if recipe is None:
         recipe = current_recipe()
     if recipe is None:
         return _dense(x, kernel, bias)
-    qs = linear_quantizers(recipe)
+    qs = linear_quantizers(recipe, dtype_name(x.dtype))
     check_rng(qs, rng is not None)
     rng = jnp.asarray(rng) if qs.needs_rng else None
     if qs.delayed:

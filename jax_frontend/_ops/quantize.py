@@ -4,8 +4,10 @@ Shapes, checks and errors come from core/ops/quantize.py."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import lax
 
-from ...ops.quantize import DEQUANTIZE, QUANTIZE, UPDATE_DELAYED_SCALING
+from ...ops.quantize import (DEQUANTIZE, F32_ABS_MASK, F32_INF_BITS, QUANTIZE, UPDATE_DELAYED_SCALING,
+                             validate_record_amax)
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from .._library import dtype_name, ffi, meta
@@ -52,6 +54,26 @@ def update_delayed_scaling(amax_history, scale, fp8_dtype: str, *, margin: int =
     return new_history, new_scale
 
 
+def _order_key(bits):
+    return jnp.where(bits >= 0, bits, bits ^ jnp.int32(F32_ABS_MASK))
+
+
 def record_amax(amax_history, amax):
-    """History with row 0 raised to max(H[0], amax) (NUMERICS.md §3 quantize step)."""
-    return amax_history.at[:1].set(jnp.maximum(amax_history[:1], amax.reshape(amax_history[:1].shape)))
+    """History with row 0 raised to `amax` where it is larger (NUMERICS.md §3 quantize step),
+    functional.
+
+    Shapes: amax_history (L,) or (L, N); amax N values (any shape of N elements).
+    Numerics: ``twinengine.ops.quantize.RECORD_AMAX_RULE`` — computed on the fp32 bits (XLA's
+        CPU threads flush subnormals in float comparisons; integer ones keep them); a NaN amax
+        is skipped; identical bytes to ``twinengine.pytorch.record_amax``.
+    Raises:
+        TypeError / ValueError: non-float32 arrays, or an amax count that is not the slot count.
+    """
+    amax_history, amax = jnp.asarray(amax_history), jnp.asarray(amax)
+    validate_record_amax(meta(amax_history), meta(amax))
+    bits = lax.bitcast_convert_type(amax_history, jnp.int32)
+    head = bits[:1]
+    new = lax.bitcast_convert_type(amax.reshape(head.shape), jnp.int32)
+    abs_mask, inf_bits = jnp.int32(F32_ABS_MASK), jnp.int32(F32_INF_BITS)
+    take = ((new & abs_mask) <= inf_bits) & ((head & abs_mask) <= inf_bits) & (_order_key(new) > _order_key(head))
+    return lax.bitcast_convert_type(bits.at[:1].set(jnp.where(take, new, head)), jnp.float32)

@@ -46,6 +46,7 @@ __all__ = [
     "quantize_fp8_current_ref",
     "quantize_fp8_delayed_ref",
     "delayed_scaling_update_ref",
+    "record_amax_ref",
     "quantize_mxfp8_ref",
     "quantize_fp8_block_ref",
     "philox4x32_10_ref",
@@ -414,6 +415,22 @@ def quantize_fp8_delayed_ref(x, fmt, scale, rowwise=True, columnwise=True) -> di
     s_inv = np.float32(_scale_inv(s))
     q = _cast_scaled_fp8(x2, s, fmt)
     return _per_tensor_outputs(x, q, s_inv, amax_ref(x2), rowwise, columnwise)
+
+
+def record_amax_ref(amax_history, amax):
+    """§3 quantize step H[0] = max(H[0], amax) per slot, with every amax NaN-skipping: the new
+    amax replaces H[0] only when neither is NaN and it is larger (subnormals compare as the
+    values they are; -0.0 counts below +0.0). Other rows are unchanged."""
+    H = np.array(amax_history, dtype=np.float32, copy=True)
+    flat = H.reshape(H.shape[0], -1)
+    a = np.asarray(amax, dtype=np.float32).reshape(-1)
+    for n in range(flat.shape[1]):
+        h, v = float(flat[0, n]), float(a[n])
+        if math.isnan(h) or math.isnan(v):
+            continue
+        if v > h or (v == h == 0.0 and math.copysign(1.0, v) > math.copysign(1.0, h)):
+            flat[0, n] = a[n]
+    return flat.reshape(H.shape)
 
 
 def delayed_scaling_update_ref(amax_history, scale, fmt, margin=0, algo="max"):

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from ...linear import check_delayed_state, check_rng, linear_quantizers
+from ...linear import check_delayed_state, check_linear_shapes, check_rng, linear_quantizers
 from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from ..autocast import current_recipe
+from .._library import dtype_name, surface_errors, tensor_fallback
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
 
@@ -45,7 +46,7 @@ def _linear_setup(ctx, inputs, output):
 
 
 def _linear_backward(ctx, dy):
-    x, weight = ctx.saved_tensors
+    x, weight = (t.detach() for t in ctx.saved_tensors)  # torch.func runs backwards with grad enabled
     dy2 = dy.reshape(-1, dy.shape[-1])
     x2 = x.reshape(-1, x.shape[-1])
     dx = gemm(dy2, weight, b_columnwise=True, out_dtype=x.dtype).reshape(x.shape)
@@ -55,6 +56,25 @@ def _linear_backward(ctx, dy):
 
 
 _linear.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
+class _LinearFunction(torch.autograd.Function):
+    """The differentiable path of ``linear`` in high precision. An autograd.Function with
+    setup_context (not the custom op's register_autograd, which torch.func rejects in torch
+    2.13) over the same custom op and the same backward, so torch.func.grad / vjp /
+    functional_call, eager autograd and torch.compile run one code path."""
+
+    @staticmethod
+    def forward(x, weight, bias):
+        return torch.ops.twinengine.linear(x, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _linear_setup(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _linear_backward(ctx, dy)
 
 
 # ---- quantized --------------------------------------------------------------------------
@@ -135,6 +155,23 @@ def _linear_quantized_backward(ctx, dy, *unused_grads):
 _linear_quantized.register_autograd(_linear_quantized_backward, setup_context=_linear_quantized_setup)
 
 
+class _LinearQuantizedFunction(torch.autograd.Function):
+    """The differentiable path of ``linear`` under a recipe (see ``_LinearFunction``)."""
+
+    @staticmethod
+    def forward(*inputs):
+        return torch.ops.twinengine.linear_quantized(*inputs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _linear_quantized_setup(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _linear_quantized_backward(ctx, *grads)
+
+
+@surface_errors(tensor_fallback)
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
            delayed_state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
            rng: torch.Tensor | None = None) -> torch.Tensor:
@@ -156,12 +193,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
     """
     recipe = current_recipe()
     quantized_weight = isinstance(weight, QuantizedTensor)
+    check_linear_shapes(x.shape, weight.shape, None if bias is None else bias.shape)
     if recipe is None:
         if quantized_weight:
             raise TypeError("twinengine.linear: a QuantizedTensor weight needs an active "
                             "twinengine.pytorch.autocast(recipe=...) region")
-        return torch.ops.twinengine.linear(x, weight, bias)
-    qs = linear_quantizers(recipe)
+        return _LinearFunction.apply(x, weight, bias)
+    qs = linear_quantizers(recipe, dtype_name(x.dtype))
     check_rng(qs, rng is not None)
     if quantized_weight and weight.quantizer.scaling_mode == "nvfp4":
         raise TypeError("twinengine.linear: pre-quantized NVFP4 weights are not supported; pass the high-precision "
@@ -176,7 +214,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
                    weight.columnwise_scale_inv)
     else:
         w_parts = (weight, None, None, None, None)
-    y, *_, amax = torch.ops.twinengine.linear_quantized(
+    y, *_, amax = _LinearQuantizedFunction.apply(
         x, w_parts[0], bias, *w_parts[1:], qs.input, weight_q, qs.grad_output, fwd_scale, bwd_scale, bwd_history,
         rng if qs.needs_rng else None, qs.margin, qs.amax_compute_algo)
     if qs.delayed:

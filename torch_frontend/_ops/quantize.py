@@ -7,10 +7,12 @@ from typing import Sequence
 
 import torch
 
-from ...ops.quantize import DEQUANTIZE, QUANTIZE, UPDATE_DELAYED_SCALING
+from ...ops.quantize import (DEQUANTIZE, F32_ABS_MASK, F32_INF_BITS, QUANTIZE, UPDATE_DELAYED_SCALING,
+                             validate_record_amax)
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
+from .._library import (check_tensor_device, dtype_name, empty_outputs, launch, meta, surface_errors,
+                        tensor_fallback, tuple_fallback)
 
 
 @torch.library.custom_op("twinengine::quantize", mutates_args=())
@@ -57,6 +59,34 @@ def _(amax_history, scale, fp8_dtype, margin, amax_compute_algo):
     return new_history, new_scale
 
 
+def _unbatched(value, dim, index):
+    """Element `index` of a vmapped argument (unchanged when not batched)."""
+    return value.select(dim, index) if isinstance(dim, int) else value
+
+
+def _sequential_vmap(op):
+    """A vmap rule running `op` once per batch element and stacking the results along dim 0:
+    under torch.func.vmap each element is quantized (or dequantized) on its own, as under
+    jax.vmap, so batching never changes the bytes."""
+    def rule(info, in_dims, *args):
+        results = [op(*(_unbatched(a, d, i) for a, d in zip(args, in_dims))) for i in range(info.batch_size)]
+        if isinstance(results[0], torch.Tensor):
+            return torch.stack(results), 0
+        stacked = [torch.stack(column) for column in zip(*results)]
+        return stacked, [0] * len(stacked)
+    return rule
+
+
+torch.library.register_vmap("twinengine::quantize", _sequential_vmap(torch.ops.twinengine.quantize))
+torch.library.register_vmap("twinengine::dequantize", _sequential_vmap(torch.ops.twinengine.dequantize))
+
+
+def _quantized_fallback(err, x, quantizer, **kwargs) -> QuantizedTensor:
+    return QuantizedTensor(rowwise_data=err, rowwise_scale_inv=err, columnwise_data=err, columnwise_scale_inv=err,
+                           amax=err, columnwise_amax=err, quantizer=quantizer if isinstance(quantizer, Quantizer) else None,
+                           shape=tuple(err.shape))
+
+
 def _as_quantized(data, scale_inv, amax, quantizer, shape, columnwise) -> QuantizedTensor:
     prefix = "columnwise" if columnwise else "rowwise"
     fields = {f"{prefix}_data": data, f"{prefix}_scale_inv": scale_inv,
@@ -64,6 +94,7 @@ def _as_quantized(data, scale_inv, amax, quantizer, shape, columnwise) -> Quanti
     return QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(shape))
 
 
+@surface_errors(_quantized_fallback)
 def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | None = None,
              rng: torch.Tensor | None = None) -> QuantizedTensor:
     """Quantizes `x` as `quantizer` describes.
@@ -88,6 +119,7 @@ def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | Non
     return QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(x.shape), dtype=dtype_name(x.dtype))
 
 
+@surface_errors(tensor_fallback)
 def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32, *, columnwise: bool = False) -> torch.Tensor:
     """Dequantizes the rowwise (or, with ``columnwise=True``, the columnwise) copy of `qt`.
 
@@ -106,6 +138,7 @@ def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32, *, colum
                                            qt.quantizer, list(qt.shape), name, columnwise)
 
 
+@surface_errors(tuple_fallback(2))
 def update_delayed_scaling(amax_history: torch.Tensor, scale: torch.Tensor, fp8_dtype: str, *, margin: int = 0,
                            amax_compute_algo: str = "max") -> tuple[torch.Tensor, torch.Tensor]:
     """Delayed-scaling update (NUMERICS.md §3), functional: returns (new_amax_history, new_scale).
@@ -118,6 +151,26 @@ def update_delayed_scaling(amax_history: torch.Tensor, scale: torch.Tensor, fp8_
     return torch.ops.twinengine.update_delayed_scaling(amax_history, scale, fp8_dtype, margin, amax_compute_algo)
 
 
+def _order_key(bits: torch.Tensor) -> torch.Tensor:
+    return torch.where(bits >= 0, bits, bits ^ F32_ABS_MASK)
+
+
+@surface_errors(tensor_fallback)
 def record_amax(amax_history: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
-    """History with row 0 raised to max(H[0], amax) (NUMERICS.md §3 quantize step)."""
-    return torch.cat([torch.maximum(amax_history[:1], amax.reshape(amax_history[:1].shape)), amax_history[1:]])
+    """History with row 0 raised to `amax` where it is larger (NUMERICS.md §3 quantize step),
+    functional.
+
+    Shapes: amax_history (L,) or (L, N); amax N values (any shape of N elements).
+    Numerics: ``twinengine.ops.quantize.RECORD_AMAX_RULE`` — computed on the fp32 bits, so
+        subnormal amaxes are kept whatever the FTZ/DAZ mode; a NaN amax is skipped; identical
+        bytes to ``twinengine.jax.record_amax``.
+    Raises:
+        TypeError / ValueError: non-float32 arrays, or an amax count that is not the slot count.
+    """
+    validate_record_amax(meta(amax_history), meta(amax))
+    head = amax_history[:1].contiguous().view(torch.int32)
+    new = amax.reshape(head.shape).contiguous().view(torch.int32)
+    nan_new = (new & F32_ABS_MASK) > F32_INF_BITS
+    nan_head = (head & F32_ABS_MASK) > F32_INF_BITS
+    take = ~nan_new & ~nan_head & (_order_key(new) > _order_key(head))
+    return torch.cat([torch.where(take, new, head).view(torch.float32), amax_history[1:]])

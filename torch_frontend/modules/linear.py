@@ -6,7 +6,11 @@ import math
 
 import torch
 
+from ...linear import linear_quantizers
+from ...recipe import DelayedScaling
+from .._library import surface_errors, tensor_fallback
 from .._ops.linear import linear
+from ..autocast import current_recipe, replay_region
 
 
 class Linear(torch.nn.Module):
@@ -21,7 +25,8 @@ class Linear(torch.nn.Module):
     RNG: ``rng_state`` int64 (2,) buffer [seed, offset] (seed ``rng_seed``, offset 0): recipes
         whose grad_output rounds stochastically (NVFP4) use it for the call and advance the
         offset by one per forward, the same deterministic sequence ``twinengine.jax.dense``
-        reproduces with ``rng=[seed, offset]``.
+        reproduces with ``rng=[seed, offset]``; other recipes (and high precision) neither
+        read nor advance it, so their forward mutates no buffer (torch.func-friendly).
     Weight: ``weight`` may be replaced by a twinengine QuantizedTensor holding both copies
         (``del layer.weight; layer.weight = qt``): it is then used as is, without a gradient.
     """
@@ -38,21 +43,110 @@ class Linear(torch.nn.Module):
             self.register_buffer(name, torch.zeros(shape, dtype=torch.float32, device=device))
         self.register_buffer("fwd_scale", torch.ones(2, dtype=torch.float32, device=device))
         self.register_buffer("bwd_scale", torch.ones(1, dtype=torch.float32, device=device))
-        self.register_buffer("rng_state", torch.tensor([rng_seed, 0], dtype=torch.int64, device=device))
+        self.register_buffer("rng_state", torch.empty(2, dtype=torch.int64, device=device))
+        self.rng_seed = rng_seed
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """torch.nn.Linear's initialisation (from torch's global RNG)."""
-        torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        """torch.nn.Linear's initialisation (from torch's global RNG) of the parameters, and the
+        initial state: histories 0, scales 1, rng_state [rng_seed, 0].
+
+        Deferred initialisation: build on ``device="meta"``, then ``to_empty(device=...)`` and
+        call ``reset_parameters()`` (``to_empty`` leaves every tensor uninitialised); the result
+        equals a layer built on that device from the same torch RNG state.
+        """
+        if isinstance(self.weight, torch.nn.Parameter):  # not a pre-quantized QuantizedTensor weight
+            torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
             torch.nn.init.uniform_(self.bias, -bound, bound)
+        with torch.no_grad():
+            for name in ("fwd_amax_history", "bwd_amax_history"):
+                getattr(self, name).zero_()
+            self.fwd_scale.fill_(1.0)
+            self.bwd_scale.fill_(1.0)
+            self.rng_state.copy_(torch.tensor([self.rng_seed, 0], dtype=torch.int64))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Advance first and use a value computed from the advanced state: a plain clone of the
-        # buffer may be elided by inductor and then read after the buffer update.
-        step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
-        advanced = self.rng_state + step
-        self.rng_state.copy_(advanced)
-        return linear(x, self.weight, self.bias, rng=advanced - step,
-                      delayed_state=(self.fwd_amax_history, self.fwd_scale, self.bwd_amax_history, self.bwd_scale))
+        if not torch.compiler.is_compiling():
+            if torch._C._current_graph_task_id() != -1:
+                return self._recompute(x)  # a forward run by the backward pass: checkpoint recompute
+            if not torch.is_grad_enabled() or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+                self._record(x)  # a forward that activation checkpointing may recompute
+        return self._forward(x, self.fwd_amax_history, self.fwd_scale, None)
+
+    @surface_errors(tensor_fallback)
+    def _forward(self, x: torch.Tensor, fwd_history: torch.Tensor, fwd_scale: torch.Tensor,
+                 rng: torch.Tensor | None) -> torch.Tensor:
+        state = (fwd_history, fwd_scale, self.bwd_amax_history, self.bwd_scale)
+        recipe = current_recipe()
+        if recipe is None or not linear_quantizers(recipe).needs_rng:
+            if isinstance(recipe, DelayedScaling) and torch.compiler.is_compiling():
+                _mark_stateful_compiled_forward()
+            return linear(x, self.weight, self.bias, delayed_state=state)
+        if rng is None:
+            if torch.compiler.is_compiling():
+                _mark_stateful_compiled_forward()
+            # Advance first and use a value computed from the advanced state: a plain clone of
+            # the buffer may be elided by inductor and then read after the buffer update.
+            step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
+            advanced = self.rng_state + step
+            self.rng_state.copy_(advanced)
+            rng = advanced - step
+        return linear(x, self.weight, self.bias, rng=rng, delayed_state=state)
+
+    # ---- activation checkpointing (eager) -------------------------------------------------
+    # torch.utils.checkpoint re-runs the forward inside the backward pass (both modes), where
+    # no autocast region is active and the state has moved on. A forward that checkpointing may
+    # recompute (grad disabled: the reentrant first pass; saved-tensor hooks active: the
+    # non-reentrant one) records what it used — the recipe, the forward scales, the rng value —
+    # keyed by the input's bytes; the recompute replays exactly that call without touching the
+    # buffers (the grad slot is updated once, by the one backward that runs). Compiled code
+    # needs none of this: AOTAutograd recomputes inside the graph from the same values.
+
+    def _record(self, x: torch.Tensor) -> None:
+        recipe = current_recipe()
+        rng = None
+        if recipe is not None and linear_quantizers(recipe).needs_rng:
+            rng = self.rng_state.clone()
+        records = self.__dict__.setdefault("_checkpoint_records", {})
+        records.setdefault(_input_key(x), []).append((recipe, self.fwd_scale.detach().clone(), rng))
+        while len(records) > _MAX_RECORDS:  # forwards never recomputed (evaluation): drop the oldest
+            records.pop(next(iter(records)))
+
+    def _recompute(self, x: torch.Tensor) -> torch.Tensor:
+        pending = self.__dict__.get("_checkpoint_records", {}).get(_input_key(x))
+        if not pending:
+            raise RuntimeError(
+                "twinengine.pytorch.Linear: a forward ran inside a backward pass (activation checkpointing "
+                "recompute) with an input this layer did not see in a checkpointed forward; the recomputed "
+                "forward must be deterministic and see the same inputs")
+        recipe, fwd_scale, rng = pending.pop(0)
+        if not pending:
+            del self._checkpoint_records[_input_key(x)]
+        # throwaway forward state: the recompute reads the recorded scales and updates nothing
+        with replay_region(recipe):
+            return self._forward(x, self.fwd_amax_history.detach().clone(), fwd_scale.clone(), rng)
+
+
+_MAX_RECORDS = 4096
+
+
+def _input_key(x: torch.Tensor) -> tuple:
+    """The identity of a forward's input for matching a recompute to its original call."""
+    return (tuple(x.shape), x.dtype, x.device, int(torch.hash_tensor(x.detach())))
+
+
+_STATEFUL_COMPILED_FORWARD: dict[str, bool] = {}
+"""Written by every compiled forward that advances layer state (DelayedScaling scales,
+stochastic-rounding offsets)."""
+
+
+def _mark_stateful_compiled_forward() -> None:
+    # A Python side effect on purpose. Outside torch.utils.checkpoint Dynamo replays it (a
+    # harmless attribute write). Inside a compiled checkpoint region Dynamo cannot replay side
+    # effects in the recompute, so it graph-breaks — the region then runs as eager
+    # checkpointing, which replays this layer exactly (see _record / _recompute) — or, with
+    # fullgraph=True, raises "HOP: Unsafe side effect" instead of recomputing the forward from
+    # already-advanced state (a silently different gradient).
+    _STATEFUL_COMPILED_FORWARD["seen"] = True
