@@ -6,6 +6,7 @@ from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
 from ._ops.gemm import gemm
+from .interop import from_torch
 from ._ops.permute import (
     moe_permute,
     moe_permute_with_probs,
@@ -27,6 +28,7 @@ __all__ = [
     "delayed_scaling_state",
     "dense",
     "dequantize",
+    "from_torch",
     "gemm",
     "moe_permute",
     "moe_permute_with_probs",

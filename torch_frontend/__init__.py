@@ -10,6 +10,7 @@ from . import ops
 from .modules.linear import Linear
 from .modules.normalization import LayerNorm, LayerNormLinear, LayerNormMLP, RMSNorm
 from ._ops.gemm import gemm
+from .interop import from_jax
 from ._ops.linear import linear
 from ._ops.permute import (
     moe_permute,
@@ -29,6 +30,7 @@ __all__ = [
     "ops",
     "autocast",
     "dequantize",
+    "from_jax",
     "gemm",
     "linear",
     "moe_permute",
