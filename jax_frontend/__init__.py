@@ -14,7 +14,8 @@ from ._ops.permute import (
     moe_sort_chunks_by_index_with_probs,
     moe_unpermute,
 )
-from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
+from ._ops.quantize import (dequantize, make_empty, quantize, quantize_into, record_amax,
+                           update_delayed_scaling)
 
 __all__ = [
     "layernorm",
@@ -28,6 +29,7 @@ __all__ = [
     "delayed_scaling_state",
     "dense",
     "dequantize",
+    "make_empty",
     "from_torch",
     "gemm",
     "moe_permute",
@@ -36,6 +38,8 @@ __all__ = [
     "moe_sort_chunks_by_index_with_probs",
     "moe_unpermute",
     "quantize",
+    "quantize_into",
+    "make_empty",
     "record_amax",
     "update_delayed_scaling",
 ]

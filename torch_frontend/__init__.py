@@ -19,7 +19,8 @@ from ._ops.permute import (
     moe_sort_chunks_by_index_with_probs,
     moe_unpermute,
 )
-from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
+from ._ops.quantize import (dequantize, make_empty, quantize, quantize_, record_amax,
+                           update_delayed_scaling)
 
 __all__ = [
     "LayerNorm",
@@ -30,6 +31,7 @@ __all__ = [
     "ops",
     "autocast",
     "dequantize",
+    "make_empty",
     "from_jax",
     "gemm",
     "linear",
@@ -39,6 +41,8 @@ __all__ = [
     "moe_sort_chunks_by_index_with_probs",
     "moe_unpermute",
     "quantize",
+    "quantize_",
+    "make_empty",
     "record_amax",
     "update_delayed_scaling",
 ]

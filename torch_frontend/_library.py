@@ -64,11 +64,14 @@ def empty_outputs(call: KernelCall, device: torch.device) -> list[torch.Tensor]:
     return [torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device=device) for spec in call.outputs]
 
 
-def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device,
+           outputs: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
     """Runs a planned kernel call on the current stream of `device` (made the current CUDA
-    device for the call, as the CUDA kernels require); returns its outputs."""
+    device for the call, as the CUDA kernels require); returns its outputs. `outputs`, when
+    given, are written in place (contiguous, of the planned shapes and dtypes: the caller checks)."""
     inputs = [t.contiguous() for t in inputs]
-    outputs = empty_outputs(call, device)
+    if outputs is None:
+        outputs = empty_outputs(call, device)
     views = ([_view(t) for t in inputs], [_view(t) for t in outputs])
     if device.type == "cuda":
         with torch.cuda.device(device):

@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from ..dtypes import FP8_DTYPES, HIGH_PRECISION, canonical_dtype
-from ..quantized_tensor import QuantizedTensor
+from ..quantized_tensor import ARRAY_FIELDS, QuantizedTensor
 from ..quantizers import (
     Float8BlockQuantizer,
     Float8CurrentScalingQuantizer,
@@ -230,6 +230,46 @@ Shapes: x any rank >= 1, flattened to (R, K). Outputs per quantizer as NUMERICS.
 Dtypes: x float32 / bfloat16 / float16 (bfloat16 for NVFP4 with_rht and columnwise usage);
     rng per RNG_DTYPES (NVFP4 with stochastic_rounding only).
 """
+
+
+def quantized_layout(quantizer: Quantizer, shape: Sequence[Any], dtype: str) -> tuple[TensorSpec, ...]:
+    """The arrays ``quantize`` returns for an input of `shape` and `dtype`: name, shape, dtype
+    of each present QuantizedTensor field, in kernel output order. What ``make_empty``
+    allocates and ``quantize_`` checks its buffers against (one source: QUANTIZE's plan).
+
+    Raises:
+        TypeError / ValueError: as ``quantize`` for that input (dtype, rank, divisibility).
+    """
+    scale = ArrayMeta((1,), "float32") if getattr(quantizer, "scaling_mode", "") == "fp8_delayed" else None
+    rng = ArrayMeta((2,), "int64") if getattr(quantizer, "stochastic_rounding", False) else None
+    return QUANTIZE.plan(ArrayMeta(tuple(shape), dtype), quantizer, scale, rng).outputs
+
+
+def validate_quantize_into(out: QuantizedTensor, x: ArrayMeta, scale: ArrayMeta | None = None,
+                           rng: ArrayMeta | None = None) -> KernelCall:
+    """Checks for ``quantize_(out, x)``: `out` holds exactly the arrays ``quantize(x,
+    out.quantizer)`` would return (same names, shapes, dtypes) and was made for x's shape and
+    dtype; returns the planned kernel call that writes them."""
+    op = "quantize_"
+    if not isinstance(out, QuantizedTensor):
+        fail(op, TypeError, f"out must be a twinengine QuantizedTensor (see make_empty), got {type(out).__name__}")
+    if tuple(out.shape) != tuple(x.shape) or out.dtype != x.dtype:
+        fail(op, ValueError, f"out was made for an input of shape {tuple(out.shape)} and dtype {out.dtype}, "
+             f"got x of shape {tuple(x.shape)} and dtype {x.dtype}")
+    call = QUANTIZE.plan(x, out.quantizer, scale, rng)
+    expected = {spec.name for spec in call.outputs}
+    for name in ARRAY_FIELDS:
+        if getattr(out, name) is not None and name not in expected:
+            fail(op, ValueError, f"out.{name} is set, but {out.quantizer!r} does not write it")
+    for spec in call.outputs:
+        array = getattr(out, spec.name)
+        if array is None:
+            fail(op, ValueError, f"out.{spec.name} is missing; {out.quantizer!r} writes it")
+        dtype = canonical_dtype(array.dtype)
+        if tuple(array.shape) != tuple(spec.shape) or dtype != spec.dtype:
+            fail(op, ValueError, f"out.{spec.name} must have shape {tuple(spec.shape)} and dtype {spec.dtype}, "
+                 f"got {tuple(array.shape)} {dtype}")
+    return call
 
 
 # ---- dequantize -------------------------------------------------------------------------

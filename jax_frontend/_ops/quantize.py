@@ -3,14 +3,17 @@ Shapes, checks and errors come from core/ops/quantize.py."""
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 from jax import lax
 
 from ...ops.quantize import (DEQUANTIZE, F32_ABS_MASK, F32_INF_BITS, QUANTIZE, UPDATE_DELAYED_SCALING,
-                             validate_record_amax)
+                             quantized_layout, validate_quantize_into, validate_record_amax)
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import dtype_name, ffi, meta
+from .._library import dtype_name, ffi, jax_dtype, meta
 
 
 def quantize(x, quantizer: Quantizer, *, scale=None, rng=None) -> QuantizedTensor:
@@ -77,3 +80,41 @@ def record_amax(amax_history, amax):
     abs_mask, inf_bits = jnp.int32(F32_ABS_MASK), jnp.int32(F32_INF_BITS)
     take = ((new & abs_mask) <= inf_bits) & ((head & abs_mask) <= inf_bits) & (_order_key(new) > _order_key(head))
     return lax.bitcast_convert_type(bits.at[:1].set(jnp.where(take, new, head)), jnp.float32)
+
+
+# ---- quantizing into caller-owned buffers -----------------------------------------------
+
+def make_empty(quantizer: Quantizer, shape, dtype=jnp.float32) -> QuantizedTensor:
+    """A zero-filled QuantizedTensor with the arrays ``quantize`` gives for an input of `shape`
+    and `dtype` under `quantizer`: the buffers ``quantize_into`` reuses.
+
+    Shapes / Dtypes: from the core shape function of quantize (NUMERICS.md §4–§7 layouts).
+    Raises:
+        TypeError / ValueError: as ``quantize`` for that input.
+    """
+    name = dtype_name(dtype)
+    specs = quantized_layout(quantizer, tuple(shape), name)
+    arrays = {spec.name: jnp.zeros(spec.shape, jax_dtype(spec.dtype)) for spec in specs}
+    return QuantizedTensor(**arrays, quantizer=quantizer, shape=tuple(shape), dtype=name)
+
+
+@functools.partial(jax.jit, donate_argnums=0, keep_unused=True)
+def _quantize_donating(out: QuantizedTensor, x, scale, rng) -> QuantizedTensor:
+    # keep_unused: `out` is only there to be donated; XLA then writes the results into its buffers.
+    return quantize(x, out.quantizer, scale=scale, rng=rng)
+
+
+def quantize_into(out: QuantizedTensor, x, *, scale=None, rng=None) -> QuantizedTensor:
+    """``quantize(x, out.quantizer)`` written into the buffers of `out`, functionally: `out` is
+    donated (``jax.jit(donate_argnums=0)``) and the result lives in its buffers, so a step
+    re-quantizing a weight allocates nothing; `out` is deleted (JAX's donation rule). Inside
+    an enclosing jit, donate there (inner donation is ignored) or call ``quantize``.
+
+    Shapes: x of ``out.shape``; out's arrays as ``make_empty(out.quantizer, x.shape, x.dtype)``.
+    Dtypes / Numerics: as ``quantize(x, out.quantizer)``, byte for byte.
+    Raises:
+        TypeError / ValueError: the same checks and text as ``twinengine.pytorch.quantize_``.
+    """
+    x = jnp.asarray(x)
+    validate_quantize_into(out, meta(x), meta(scale), meta(rng))
+    return _quantize_donating(out, x, scale, rng)

@@ -7,12 +7,14 @@ from typing import Sequence
 
 import torch
 
+from ...interop import fail_not_contiguous
+from ...ops.opdef import fail
 from ...ops.quantize import (DEQUANTIZE, F32_ABS_MASK, F32_INF_BITS, QUANTIZE, UPDATE_DELAYED_SCALING,
-                             validate_record_amax)
+                             quantized_layout, validate_quantize_into, validate_record_amax)
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from .._library import (check_tensor_device, dtype_name, empty_outputs, launch, meta, surface_errors,
-                        tensor_fallback, tuple_fallback)
+                        tensor_fallback, torch_dtype, tuple_fallback)
 
 
 @torch.library.custom_op("twinengine::quantize", mutates_args=())
@@ -174,3 +176,60 @@ def record_amax(amax_history: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
     nan_head = (head & F32_ABS_MASK) > F32_INF_BITS
     take = ~nan_new & ~nan_head & (_order_key(new) > _order_key(head))
     return torch.cat([torch.where(take, new, head).view(torch.float32), amax_history[1:]])
+
+
+# ---- quantizing into caller-owned buffers -----------------------------------------------
+
+@torch.library.custom_op("twinengine::quantize_", mutates_args=("out",))
+def _quantize_(x: torch.Tensor, quantizer: Quantizer, out: list[torch.Tensor], scale: torch.Tensor | None = None,
+               rng: torch.Tensor | None = None) -> None:
+    call = QUANTIZE.plan(meta(x), quantizer, meta(scale), meta(rng))
+    arrays = {"x": x, "scale": scale, "rng": rng}
+    launch(call, [arrays[name] for name in call.inputs], x.device, outputs=list(out))
+
+
+@_quantize_.register_fake
+def _(x, quantizer, out, scale=None, rng=None):
+    return None
+
+
+def make_empty(quantizer: Quantizer, shape: Sequence[int], dtype: torch.dtype = torch.float32,
+               device: torch.device | str | None = None) -> QuantizedTensor:
+    """A zero-filled QuantizedTensor with the arrays ``quantize`` gives for an input of `shape`
+    and `dtype` under `quantizer` (TE's ``quantizer.make_empty``): the buffers ``quantize_``
+    writes into.
+
+    Shapes / Dtypes: from the core shape function of quantize (NUMERICS.md §4–§7 layouts).
+    Raises:
+        TypeError / ValueError: as ``quantize`` for that input (dtype, rank, divisibility).
+    """
+    specs = quantized_layout(quantizer, tuple(shape), dtype_name(dtype))
+    arrays = {spec.name: torch.zeros(spec.shape, dtype=torch_dtype(spec.dtype), device=device) for spec in specs}
+    return QuantizedTensor(**arrays, quantizer=quantizer, shape=tuple(shape), dtype=dtype_name(dtype))
+
+
+def quantize_(out: QuantizedTensor, x: torch.Tensor, *, scale: torch.Tensor | None = None,
+              rng: torch.Tensor | None = None) -> QuantizedTensor:
+    """Quantizes `x` into the buffers of `out` in place (TE's ``update_quantized``): data,
+    scales and amaxes of every copy ``out.quantizer`` makes; returns `out`.
+
+    A mutating custom op (``torch.ops.twinengine.quantize_``, schema ``Tensor(a!)[] out``):
+    compile-clean, functionalized under torch.compile, the buffers keep their storage.
+    Shapes: x of ``out.shape``; out's arrays as ``make_empty(out.quantizer, x.shape, x.dtype)``.
+    Dtypes / Numerics: as ``quantize(x, out.quantizer)``, byte for byte.
+    Raises:
+        TypeError / ValueError: out is not a QuantizedTensor, was made for another shape or
+            dtype, has missing / extra / mis-shaped arrays, an array on another device than x
+            or not contiguous; plus every check of ``quantize``.
+    """
+    call = validate_quantize_into(out, meta(x), meta(scale), meta(rng))
+    buffers = [getattr(out, spec.name) for spec in call.outputs]
+    for name, t in (("x", x), ("scale", scale), ("rng", rng)):
+        check_tensor_device("quantize_", name, t)
+    for spec, t in zip(call.outputs, buffers):
+        if t.device != x.device:
+            fail("quantize_", ValueError, f"out.{spec.name} is on {t.device}, x on {x.device}")
+        if not t.is_contiguous():
+            fail_not_contiguous("quantize_", f"out.{spec.name}", tuple(t.shape), tuple(t.stride()))
+    torch.ops.twinengine.quantize_(x, out.quantizer, buffers, scale, rng)
+    return out
