@@ -191,6 +191,25 @@ def _nvfp4_outputs(x: ArrayMeta, q: NVFP4Quantizer) -> tuple[TensorSpec, ...]:
     return tuple(specs)
 
 
+def scale_extent(quantizer: Quantizer, shape: Sequence[int], columnwise: bool) -> tuple[int, ...]:
+    """The used (unpadded) part of one copy's scale_inv: its leading corner; the rest of the
+    padded array (MXFP8 / NVFP4 (128, 4) padding, FP8-block multiples of 4) is zero
+    (NUMERICS.md §5–§7). Per-tensor formats: (1,), no padding."""
+    rows, cols = flatten_2d(tuple(shape))
+    mode = quantizer.scaling_mode
+    if mode in ("fp8_current", "fp8_delayed"):
+        return (1,)
+    if mode == "mxfp8":
+        return (rows // 32, cols) if columnwise else (rows, cols // 32)
+    if mode == "nvfp4":
+        return (cols, ceil_div(rows, 16)) if columnwise else (rows, ceil_div(cols, 16))
+    if columnwise:
+        rows, cols = cols, rows
+    if _two_d(quantizer):
+        return (ceil_div(rows, 128), ceil_div(cols, 128))
+    return (ceil_div(cols, 128), rows)
+
+
 # scaling_mode -> (kernel op, input names, output-spec function). Keyed by the quantizer's
 # scaling_mode string (not its type) so that torch.compile traces the lookup. An rng array,
 # when given (stochastic rounding), is appended to the inputs.

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import assert_bytes_equal
-from reference import quantize as ref
+from twinengine.testing import reference as ref
 
 import twinengine.jax as tej
 import twinengine.pytorch as tep
