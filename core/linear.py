@@ -9,6 +9,7 @@ import dataclasses
 from .ops.opdef import fail
 from .quantizers import Quantizer
 from .recipe import DelayedScaling, NVFP4BlockScaling, Recipe
+from .te_migration import as_recipe, convert_te_recipe, is_te_recipe
 
 _OP = "linear"
 
@@ -66,12 +67,12 @@ def linear_quantizers(recipe: Recipe, input_dtype: str | None = None) -> LinearQ
 
     Raises:
         ValueError: a quantizer lacks the rowwise or the columnwise usage.
-        TypeError: the recipe is not a twinengine Recipe, or it gives quantizers the GEMM
+        TypeError: the recipe is neither a twinengine Recipe nor a TransformerEngine recipe
+            (converted by ``twinengine.te_migration.convert_te_recipe``), or it gives quantizers the GEMM
             cannot combine (different families, a format with no GEMM kernel yet, or delayed
             quantizers from a CustomRecipe, which has no state parameters).
     """
-    if not isinstance(recipe, Recipe):
-        fail(_OP, TypeError, f"recipe must be a twinengine.recipe.Recipe, got {type(recipe).__name__}")
+    recipe = as_recipe(recipe, _OP)
     if isinstance(recipe, NVFP4BlockScaling) and input_dtype is not None and input_dtype != "bfloat16":
         recipe = NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=recipe.disable_stochastic_rounding,
                                    disable_2d_quantization=recipe.disable_2d_quantization)
@@ -98,10 +99,15 @@ def linear_quantizers(recipe: Recipe, input_dtype: str | None = None) -> LinearQ
                             amax_history_len=recipe.amax_history_len)
 
 
-def check_autocast_recipe(enabled: bool, recipe: object) -> None:
-    """Raises TypeError when an enabled autocast region is given no twinengine Recipe."""
+def check_autocast_recipe(enabled: bool, recipe: object) -> object:
+    """The recipe an autocast region keeps: `recipe`, converted to twinengine's when it is a
+    TransformerEngine recipe. Raises TypeError when an enabled region is given neither."""
+    if enabled and is_te_recipe(recipe):
+        return convert_te_recipe(recipe)
     if enabled and not isinstance(recipe, Recipe):
-        fail("autocast", TypeError, f"enabled=True needs recipe= a twinengine.recipe.Recipe, got {type(recipe).__name__}")
+        fail("autocast", TypeError, f"enabled=True needs recipe= a twinengine.recipe.Recipe (or a "
+             f"transformer_engine.common.recipe object), got {type(recipe).__name__}")
+    return recipe
 
 
 def check_delayed_state(history_len: int | None, quantizers: LinearQuantizers) -> None:

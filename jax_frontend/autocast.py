@@ -38,13 +38,13 @@ class autocast:
     inside or around jitted functions and transformations (see the module docstring).
 
     Raises:
-        TypeError: enabled without a twinengine Recipe.
+        TypeError: enabled without a twinengine Recipe (a TransformerEngine recipe is converted
+            field by field, ``twinengine.te_migration.convert_te_recipe``).
     """
 
     def __init__(self, recipe: Recipe | None = None, *, enabled: bool = True) -> None:
-        check_autocast_recipe(enabled, recipe)
         self.enabled = enabled
-        self.recipe = recipe
+        self.recipe = check_autocast_recipe(enabled, recipe)
         self._contexts: list = []
 
     def __enter__(self) -> "autocast":

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 
 from ..linear import linear_quantizers
 from ..recipe import DelayedScaling, Recipe
+from ..te_migration import as_recipe
 from .autocast import current_recipe
 from ._ops.dense import delayed_scaling_state, dense
 
@@ -75,6 +76,7 @@ class Dense(nn.Module):
         recipe = self.recipe if self.recipe is not None else current_recipe()
         if recipe is None:
             return dense(x, kernel, bias)
+        recipe = as_recipe(recipe, "Dense")  # a TransformerEngine recipe, converted
         if rng is None and linear_quantizers(recipe).needs_rng:
             rng = jax.random.bits(self.make_rng("stochastic_rounding"), (2,), jnp.uint32)
         if isinstance(recipe, DelayedScaling):

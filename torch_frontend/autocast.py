@@ -38,13 +38,13 @@ class autocast:
     Regions nest; the innermost wins.
 
     Raises:
-        TypeError: enabled without a twinengine Recipe.
+        TypeError: enabled without a twinengine Recipe (a TransformerEngine recipe is converted
+            field by field, ``twinengine.te_migration.convert_te_recipe``).
     """
 
     def __init__(self, recipe: Recipe | None = None, *, enabled: bool = True) -> None:
-        check_autocast_recipe(enabled, recipe)
         self.enabled = enabled
-        self.recipe = recipe
+        self.recipe = check_autocast_recipe(enabled, recipe)
 
     def __enter__(self) -> "autocast":
         _STATE.stack.append(self.recipe if self.enabled else None)

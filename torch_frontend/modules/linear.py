@@ -11,6 +11,7 @@ from ...recipe import DelayedScaling
 from .._library import surface_errors, tensor_fallback
 from .._ops.linear import linear
 from ..autocast import current_recipe, replay_region
+from ..te_migration import load_te_checkpoint_hook
 
 
 class Linear(torch.nn.Module):
@@ -46,6 +47,7 @@ class Linear(torch.nn.Module):
         self.register_buffer("rng_state", torch.empty(2, dtype=torch.int64, device=device))
         self.rng_seed = rng_seed
         self.reset_parameters()
+        self.register_load_state_dict_pre_hook(load_te_checkpoint_hook)  # TE checkpoints (te_migration.py)
 
     def reset_parameters(self) -> None:
         """torch.nn.Linear's initialisation (from torch's global RNG) of the parameters, and the

@@ -12,6 +12,7 @@ import torch
 from ...fusion.blocks import block_layout, mlp_widths, normalization_kind
 from ..ops import BasicLinear, Bias, LayerNorm as _LayerNormOp, MakeExtraOutput, RMSNorm as _RMSNormOp, run_ops
 from ..ops.activation import activation_op
+from ..te_migration import load_te_checkpoint_hook
 
 
 def _norm_op(normalization: str, hidden: int, eps: float, zero_centered_gamma: bool):
@@ -118,6 +119,7 @@ class LayerNormLinear(_NormBlock):
         self.basic_ops = torch.nn.ModuleList(_block_ops(self._layout, normalization, eps, zero_centered_gamma,
                                                         [(in_features, out_features)], None, None, device,
                                                         amax_history_len, rng_seed))
+        self.register_load_state_dict_pre_hook(load_te_checkpoint_hook)  # TE checkpoints (te_migration.py)
 
 
 class LayerNormMLP(_NormBlock):
@@ -153,3 +155,4 @@ class LayerNormMLP(_NormBlock):
                                                         [(hidden_size, fc1_width), (ffn_hidden_size, hidden_size)],
                                                         activation, activation_params, device, amax_history_len,
                                                         rng_seed))
+        self.register_load_state_dict_pre_hook(load_te_checkpoint_hook)  # TE checkpoints (te_migration.py)
