@@ -1,6 +1,7 @@
 """twinengine.jax: twinengine ops for JAX as XLA FFI calls, jit- and vmap-clean."""
 
 from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTensor pytree)
+from ._library import export_disabled_checks
 from .autocast import autocast
 from ._ops.dense import delayed_scaling_state, dense
 from ._ops.gemm import gemm
@@ -18,6 +19,7 @@ __all__ = [
     "delayed_scaling_state",
     "dense",
     "dequantize",
+    "export_disabled_checks",
     "gemm",
     "moe_permute",
     "moe_permute_with_probs",

@@ -9,5 +9,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check \
   torch==2.13.0 jax==0.10.2 jaxlib==0.10.2 numpy ml_dtypes \
-  flax==0.12.8 optax==0.2.8 nanobind scikit-build-core scipy-openblas32 pytest hypothesis tqdm matplotlib
+  flax==0.12.8 optax==0.2.8 nanobind scikit-build-core scipy-openblas32 pytest hypothesis tqdm matplotlib flatbuffers
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .

@@ -134,7 +134,7 @@ _MAX_RECORDS = 4096
 
 def _input_key(x: torch.Tensor) -> tuple:
     """The identity of a forward's input for matching a recompute to its original call."""
-    return (tuple(x.shape), x.dtype, x.device, int(torch.hash_tensor(x.detach())))
+    return (tuple(x.shape), x.dtype, x.device, int(torch.hash_tensor(x.detach()).view(torch.int64)))
 
 
 _STATEFUL_COMPILED_FORWARD: dict[str, bool] = {}
