@@ -12,13 +12,14 @@ from ._ops.permute import (
     moe_sort_chunks_by_index_with_probs,
     moe_unpermute,
 )
-from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
+from ._ops.quantize import dequantize, fake_quantize, quantize, record_amax, update_delayed_scaling
 
 __all__ = [
     "autocast",
     "delayed_scaling_state",
     "dense",
     "dequantize",
+    "fake_quantize",
     "export_disabled_checks",
     "gemm",
     "moe_permute",

@@ -16,12 +16,13 @@ from ._ops.permute import (
     moe_sort_chunks_by_index_with_probs,
     moe_unpermute,
 )
-from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
+from ._ops.quantize import dequantize, fake_quantize, quantize, record_amax, update_delayed_scaling
 
 __all__ = [
     "Linear",
     "autocast",
     "dequantize",
+    "fake_quantize",
     "gemm",
     "linear",
     "moe_permute",
