@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .ops.opdef import fail
+from .ops.opdef import dims, fail
 from .quantizers import Quantizer
 from .recipe import DelayedScaling, NVFP4BlockScaling, Recipe
 from .te_migration import as_recipe, convert_te_recipe, is_te_recipe
@@ -139,11 +139,11 @@ def check_linear_shapes(x_shape, weight_shape, bias_shape) -> None:
     x_shape, weight_shape = tuple(x_shape), tuple(weight_shape)
     if len(x_shape) < 1 or len(weight_shape) != 2:
         fail(_OP, ValueError, f"x must have rank >= 1 and the weight shape (out_features, in_features), got x "
-             f"{x_shape} and weight {weight_shape}")
+             f"{dims(x_shape)} and weight {dims(weight_shape)}")
     if x_shape[-1] != weight_shape[1]:
-        fail(_OP, ValueError, f"x has {x_shape[-1]} input features but the weight {weight_shape} expects "
-             f"{weight_shape[1]}")
+        fail(_OP, ValueError, f"x has {int(x_shape[-1])} input features but the weight {dims(weight_shape)} "
+             f"expects {int(weight_shape[1])}")
     if weight_shape[1] == 0:
-        fail(_OP, ValueError, f"in_features must be >= 1, got x of shape {x_shape} (an empty reduction)")
+        fail(_OP, ValueError, f"in_features must be >= 1, got x of shape {dims(x_shape)} (an empty reduction)")
     if bias_shape is not None and tuple(bias_shape) != (weight_shape[0],):
-        fail(_OP, ValueError, f"bias must have shape ({weight_shape[0]},), got {tuple(bias_shape)}")
+        fail(_OP, ValueError, f"bias must have shape ({int(weight_shape[0])},), got {dims(bias_shape)}")

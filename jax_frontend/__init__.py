@@ -2,6 +2,7 @@
 
 from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTensor pytree)
 from . import ops
+from ._library import export_disabled_checks
 from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
@@ -14,7 +15,7 @@ from ._ops.permute import (
     moe_sort_chunks_by_index_with_probs,
     moe_unpermute,
 )
-from ._ops.quantize import (dequantize, make_empty, quantize, quantize_into, record_amax,
+from ._ops.quantize import (dequantize, fake_quantize, make_empty, quantize, quantize_into, record_amax,
                            update_delayed_scaling)
 
 __all__ = [
@@ -31,6 +32,8 @@ __all__ = [
     "dequantize",
     "make_empty",
     "from_torch",
+    "fake_quantize",
+    "export_disabled_checks",
     "gemm",
     "moe_permute",
     "moe_permute_with_probs",

@@ -56,6 +56,14 @@ def ffi(call: KernelCall, inputs: list) -> list:
     return list(jax.ffi.ffi_call(call.ffi_target, result_types, vmap_method="sequential")(*inputs, **attrs))
 
 
+def export_disabled_checks() -> list:
+    """The ``disabled_checks=`` that ``jax.export.export`` needs for programs calling twinengine:
+    one ``DisabledSafetyCheck.custom_call`` per FFI target. Our targets carry no cross-version
+    compatibility guarantee: a serialized program runs with the same twinengine build (the
+    targets are registered by ``import twinengine.jax``)."""
+    return [jax.export.DisabledSafetyCheck.custom_call(name) for name in sorted(_C.ffi_targets())]
+
+
 def _register_targets() -> None:
     for name, platforms in _C.ffi_targets().items():
         for platform, capsule in platforms.items():

@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check \
   torch==2.13.0 jax==0.10.2 jaxlib==0.10.2 numpy ml_dtypes \
-  flax==0.12.8 optax==0.2.8 nanobind scikit-build-core scipy-openblas32 pytest hypothesis tqdm matplotlib
+  flax==0.12.8 optax==0.2.8 nanobind scikit-build-core scipy-openblas32 pytest hypothesis tqdm matplotlib flatbuffers
 # TransformerEngine's pure-Python wheel (no CUDA libraries: --no-deps; imports on CPU with
 # NVTE_PROJECT_BUILDING=1) for the TE migration tests: recipe conversion, checkpoint loading.
 .venv/bin/python -m pip install -q --disable-pip-version-check pydantic

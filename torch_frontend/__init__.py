@@ -19,7 +19,7 @@ from ._ops.permute import (
     moe_sort_chunks_by_index_with_probs,
     moe_unpermute,
 )
-from ._ops.quantize import (dequantize, make_empty, quantize, quantize_, record_amax,
+from ._ops.quantize import (dequantize, fake_quantize, make_empty, quantize, quantize_, record_amax,
                            update_delayed_scaling)
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "dequantize",
     "make_empty",
     "from_jax",
+    "fake_quantize",
     "gemm",
     "linear",
     "moe_permute",

@@ -88,6 +88,10 @@ def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device,
 # twinengine::raise_error into the graph instead: it raises the same type with the same text
 # when the compiled code runs — before any op that consumes the failed call's results (they
 # depend on its output), and never removed (it is registered as a side effect).
+# Limit: the text must be a constant at trace time. With symbolic sizes (dynamic=True, or a
+# size Dynamo made dynamic after a recompile) a message that prints such a size is a lazy
+# format Dynamo cannot turn into a string, and the user sees Dynamo's Unsupported error instead
+# (static-shape compiles, the default first compile, are exact).
 
 _ERROR_TYPES = {"TypeError": TypeError, "ValueError": ValueError}
 
@@ -177,6 +181,48 @@ def _register_pickle_codec() -> None:
     ))
 
 
+def _package_quantizer_constants() -> None:
+    """torch.export.save writes the program's constants from ``ExportedProgram.constants`` only,
+    while its graph serializer names opaque *value* arguments ``_custom_obj_<n>`` and expects
+    them among the loaded constants, so ``torch.export.load`` fails with KeyError
+    '_custom_obj_0' for any program holding our quantizer specs (torch 2.13). This wraps the
+    archive writer's constant packaging to also write those values (plain pickle, the format
+    the loader reads back for opaque values), under the names the graph uses."""
+    import os
+    import pickle
+
+    from torch._export.serde import schema
+    from torch._export.serde.serialize import GraphModuleSerializer
+    from torch._library.opaque_object import is_opaque_value
+    from torch.export.pt2_archive import _package
+    from torch.export.pt2_archive.constants import CONSTANTS_DIR, OPAQUE_OBJ_FILENAME_PREFIX
+
+    original = _package._package_constants
+    if getattr(original, "_twinengine", False):
+        return
+
+    def package_constants(model_name, exported_program, archive_writer, pickle_protocol=pickle.DEFAULT_PROTOCOL):
+        config = original(model_name, exported_program, archive_writer, pickle_protocol)
+        serializer = GraphModuleSerializer(exported_program.graph_signature, exported_program.module_call_graph)
+        serializer.serialize(exported_program.graph_module)
+        index = archive_writer.count_prefix(os.path.join(CONSTANTS_DIR, OPAQUE_OBJ_FILENAME_PREFIX))
+        for name, value in serializer.custom_objs.items():
+            if name in config.config or name in exported_program.constants or not is_opaque_value(value):
+                continue
+            if not isinstance(value, _quantizers.Quantizer):
+                continue
+            path_name = f"{OPAQUE_OBJ_FILENAME_PREFIX}{index}"
+            index += 1
+            archive_writer.write_bytes(os.path.join(CONSTANTS_DIR, path_name), pickle.dumps(value, protocol=2))
+            config.config[name] = schema.PayloadMeta(path_name=path_name, is_param=False, use_pickle=True,
+                                                     tensor_meta=None)
+        return config
+
+    package_constants._twinengine = True
+    _package._package_constants = package_constants
+
+
 _register_quantizers()
 _register_pytree()
 _register_pickle_codec()
+_package_quantizer_constants()

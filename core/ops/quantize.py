@@ -19,7 +19,7 @@ from ..quantizers import (
     NVFP4Quantizer,
     Quantizer,
 )
-from .opdef import KernelCall, OpDef, Shape, TensorSpec, ceil_div, fail, flatten_2d, round_up
+from .opdef import KernelCall, OpDef, Shape, TensorSpec, ceil_div, dims, fail, flatten_2d, round_up
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,12 +57,12 @@ def _validate_quantize(x: ArrayMeta, quantizer: Quantizer, scale: ArrayMeta | No
         fail(op, ValueError, "x must have rank >= 1, got a 0-d array")
     rows, cols = flatten_2d(x.shape)
     if rows * cols == 0:
-        fail(op, ValueError, f"x must not be empty, got shape {tuple(x.shape)}")
+        fail(op, ValueError, f"x must not be empty, got shape {dims(x.shape)}")
     if isinstance(quantizer, Float8DelayedScalingQuantizer):
         if scale is None:
             fail(op, ValueError, "Float8DelayedScalingQuantizer needs scale= (a float32 array of shape (1,))")
         if scale.dtype != "float32" or tuple(scale.shape) != (1,):
-            fail(op, ValueError, f"scale must be float32 of shape (1,), got {scale.dtype} {tuple(scale.shape)}")
+            fail(op, ValueError, f"scale must be float32 of shape (1,), got {scale.dtype} {dims(scale.shape)}")
     elif scale is not None:
         fail(op, ValueError, f"scale= is only used by Float8DelayedScalingQuantizer, not {type(quantizer).__name__}")
     _validate_rng(op, quantizer, rng)
@@ -87,7 +87,7 @@ def _got_shape(x: ArrayMeta) -> str:
     """The shape part of a divisibility error. Call it only on failure: formatting symbolic sizes
     would specialize them under torch.compile(dynamic=True)."""
     rows, cols = flatten_2d(x.shape)
-    return f"got x of shape {tuple(x.shape)} -> (R, K) = ({rows}, {cols})"
+    return f"got x of shape {dims(x.shape)} -> (R, K) = ({int(rows)}, {int(cols)})"
 
 
 def _validate_rng(op: str, quantizer: Quantizer, rng: ArrayMeta | None) -> None:
@@ -102,7 +102,7 @@ def _validate_rng(op: str, quantizer: Quantizer, rng: ArrayMeta | None) -> None:
     if rng.dtype not in RNG_DTYPES:
         fail(op, TypeError, f"rng must have dtype uint32, int32 or int64, got {rng.dtype}")
     if tuple(rng.shape) != (2,):
-        fail(op, ValueError, f"rng must have shape (2,) ([seed, offset]), got {tuple(rng.shape)}")
+        fail(op, ValueError, f"rng must have shape (2,) ([seed, offset]), got {dims(rng.shape)}")
 
 
 def _two_d(quantizer: Quantizer) -> bool:
@@ -349,8 +349,8 @@ def _check_layout(op: str, qt: QuantizedTensor, names: Sequence[str]) -> None:
             continue
         dtype = canonical_dtype(array.dtype)
         if tuple(array.shape) != tuple(spec.shape) or dtype != spec.dtype:
-            fail(op, ValueError, f"the QuantizedTensor's {name} has shape {tuple(array.shape)} and dtype {dtype}, "
-                 f"but a {type(qt.quantizer).__name__} of an input of shape {shape} gives {tuple(spec.shape)} "
+            fail(op, ValueError, f"the QuantizedTensor's {name} has shape {dims(array.shape)} and dtype {dtype}, "
+                 f"but a {type(qt.quantizer).__name__} of an input of shape {shape} gives {dims(spec.shape)} "
                  f"{spec.dtype}; the arrays do not belong to this shape / quantizer")
 
 
@@ -389,11 +389,11 @@ def _validate_update(amax_history: ArrayMeta, scale: ArrayMeta, fp8_dtype: str, 
         fail(op, TypeError, f"amax_history and scale must be float32, got {amax_history.dtype} and {scale.dtype}")
     if len(amax_history.shape) not in (1, 2) or amax_history.shape[0] < 1:
         fail(op, ValueError, "amax_history must have shape (history_len,) or (history_len, slots) with "
-             f"history_len >= 1, got {tuple(amax_history.shape)}")
+             f"history_len >= 1, got {dims(amax_history.shape)}")
     slots = amax_history.shape[1] if len(amax_history.shape) == 2 else 1
     if len(scale.shape) != 1 or scale.shape[0] != slots:
         fail(op, ValueError, f"scale must have shape ({slots},) to match amax_history "
-             f"{tuple(amax_history.shape)}, got {tuple(scale.shape)}")
+             f"{dims(amax_history.shape)}, got {dims(scale.shape)}")
     if fp8_dtype not in _FP8_FORMAT_CODES:
         fail(op, ValueError, f"fp8_dtype must be 'e4m3' or 'e5m2', got {fp8_dtype!r}")
     if type(margin) is not int or not 0 <= margin <= 64:
@@ -445,13 +445,13 @@ def validate_record_amax(amax_history: ArrayMeta, amax: ArrayMeta) -> None:
         fail(op, TypeError, f"amax_history and amax must be float32, got {amax_history.dtype} and {amax.dtype}")
     if len(amax_history.shape) not in (1, 2) or amax_history.shape[0] < 1:
         fail(op, ValueError, "amax_history must have shape (history_len,) or (history_len, slots) with "
-             f"history_len >= 1, got {tuple(amax_history.shape)}")
+             f"history_len >= 1, got {dims(amax_history.shape)}")
     slots = amax_history.shape[1] if len(amax_history.shape) == 2 else 1
     size = 1
     for dim in amax.shape:
         size = size * dim
     if size != slots:
-        fail(op, ValueError, f"amax must hold one value per history slot ({slots}), got shape {tuple(amax.shape)}")
+        fail(op, ValueError, f"amax must hold one value per history slot ({slots}), got shape {dims(amax.shape)}")
 
 
 def array_meta(shape: Sequence[Any], dtype: str) -> ArrayMeta:

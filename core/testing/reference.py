@@ -439,7 +439,8 @@ def delayed_scaling_update_ref(amax_history, scale, fmt, margin=0, algo="max"):
     """§3 update of (amax_history (L, N), scale (N,)) -> (new_history, new_scale), per column.
 
     Column n with H[0, n] == 0 is left untouched.  Otherwise
-      a* = max(H[1:, n] and H[0, n]) ("max") or H[0, n] ("most_recent");
+      a* = H[0, n] raised to each |H[k, n]| (k >= 1) that is larger ("max"; NaN entries are
+           skipped as in every amax, a NaN H[0] stays NaN) or H[0, n] ("most_recent");
       roll: H'[0] = 0, H'[k] = H[k+1] (1 <= k <= L-2), H'[L-1] = H[0]   (for L == 1: H'[0] = 0);
       s' = fl(fl(M * 2**-margin) / a*) if a* is finite and > 0 else s; s' == +inf -> FLT_MAX.
     """
@@ -461,10 +462,11 @@ def delayed_scaling_update_ref(amax_history, scale, fmt, margin=0, algo="max"):
         a_new = H[0, n]
         if a_new == 0:
             continue
-        if algo == "max":
-            a_star = np.float32(np.max(H[:, n]))  # H[0] is a_new; NaN would propagate
-        else:
-            a_star = a_new
+        a_star = np.float32(a_new)
+        if algo == "max":  # NaN-skipping max of |H[k]| folded onto a_new (a NaN a_new stays NaN)
+            for h in H[1:, n]:
+                if np.abs(h) > a_star:
+                    a_star = np.float32(np.abs(h))
         rolled = np.zeros(L, dtype=np.float32)
         if L >= 2:
             rolled[1 : L - 1] = H[2:L, n]

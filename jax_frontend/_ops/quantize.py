@@ -57,6 +57,38 @@ def update_delayed_scaling(amax_history, scale, fp8_dtype: str, *, margin: int =
     return new_history, new_scale
 
 
+def fake_quantize(x, quantizer: Quantizer, dtype=None, *, scale=None, rng=None, columnwise: bool = False):
+    """dequantize(quantize(x)) with a straight-through gradient (jit-, grad-, vmap-clean).
+
+    Numerics / gradient: as ``twinengine.pytorch.fake_quantize`` — the forward is exactly
+    ``dequantize(quantize(x, ...), dtype)``, the gradient of x is the incoming gradient cast to
+    x's dtype; no gradient flows to scale or rng.
+    Raises:
+        TypeError / ValueError: as quantize / dequantize.
+    """
+    x = jnp.asarray(x)
+    out_dtype = x.dtype if dtype is None else dtype
+    y = dequantize(quantize(lax.stop_gradient(x), quantizer, scale=scale, rng=rng), out_dtype,
+                   columnwise=columnwise)
+    return _straight_through(x, y)
+
+
+@jax.custom_vjp
+def _straight_through(x, y):
+    return y
+
+
+def _straight_through_fwd(x, y):
+    return y, jnp.zeros((0,), x.dtype)
+
+
+def _straight_through_bwd(x_tag, g):
+    return g.astype(x_tag.dtype), jnp.zeros_like(g)
+
+
+_straight_through.defvjp(_straight_through_fwd, _straight_through_bwd)
+
+
 def _order_key(bits):
     return jnp.where(bits >= 0, bits, bits ^ jnp.int32(F32_ABS_MASK))
 

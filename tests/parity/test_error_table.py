@@ -65,7 +65,7 @@ CASES = {
                   lambda x, w: tej.dense(x, w.T), ValueError, "twinengine.linear: in_features must be >= 1"),
     "linear_features_mismatch": ((_np((4, 32)), _np((8, 16))), lambda x, w: tep.linear(x, w),
                                  lambda x, w: tej.dense(x, w.T), ValueError,
-                                 "twinengine.linear: x has 32 input features"),
+                                 "twinengine.linear: x has 32 input features but the weight (8, 16) expects 16"),
     "linear_delayed_history": ((_np((32, 32)), _np((32, 32))), lambda x, w: _linear_delayed("torch", x, w),
                                lambda x, w: _linear_delayed("jax", x, w), ValueError,
                                "twinengine.linear: DelayedScaling(amax_history_len=4) does not match"),

@@ -153,6 +153,44 @@ def update_delayed_scaling(amax_history: torch.Tensor, scale: torch.Tensor, fp8_
     return torch.ops.twinengine.update_delayed_scaling(amax_history, scale, fp8_dtype, margin, amax_compute_algo)
 
 
+class _StraightThrough(torch.autograd.Function):
+    """Forward: the given fake-quantized values; backward: the gradient passed to x unchanged
+    (cast to x's dtype). setup_context keeps it usable under torch.func and torch.compile."""
+
+    @staticmethod
+    def forward(x, y):
+        return y
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.x_dtype = inputs[0].dtype
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.x_dtype), None
+
+
+@surface_errors(tensor_fallback)
+def fake_quantize(x: torch.Tensor, quantizer: Quantizer, dtype: torch.dtype | None = None, *,
+                  scale: torch.Tensor | None = None, rng: torch.Tensor | None = None,
+                  columnwise: bool = False) -> torch.Tensor:
+    """dequantize(quantize(x)) with a straight-through gradient: what fake-quant training expects.
+
+    Shapes: as x (the rowwise, or with ``columnwise=True`` the columnwise, copy dequantized).
+    Dtypes: output `dtype` (default x's); the gradient of x is the incoming gradient cast to
+        x's dtype (identity, "straight through": rounding is treated as having derivative 1).
+    Numerics: the forward is exactly ``dequantize(quantize(x, quantizer, ...), dtype)``; a
+        QuantizedTensor itself carries no gradient (``quantize`` / ``dequantize`` are not
+        differentiable), so differentiate through this function. Same bytes and gradient as
+        ``twinengine.jax.fake_quantize``.
+    Raises:
+        TypeError / ValueError: as quantize / dequantize.
+    """
+    qt = quantize(x.detach(), quantizer, scale=scale, rng=rng)
+    y = dequantize(qt, x.dtype if dtype is None else dtype, columnwise=columnwise)
+    return _StraightThrough.apply(x, y)
+
+
 def _order_key(bits: torch.Tensor) -> torch.Tensor:
     return torch.where(bits >= 0, bits, bits ^ F32_ABS_MASK)
 

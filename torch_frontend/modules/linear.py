@@ -102,7 +102,8 @@ class Linear(torch.nn.Module):
     # no autocast region is active and the state has moved on. A forward that checkpointing may
     # recompute (grad disabled: the reentrant first pass; saved-tensor hooks active: the
     # non-reentrant one) records what it used — the recipe, the forward scales, the rng value —
-    # keyed by the input's bytes; the recompute replays exactly that call without touching the
+    # with a hash of the input's bytes (oldest first: a recompute takes the first record its input
+    # matches); the recompute replays exactly that call without touching the
     # buffers (the grad slot is updated once, by the one backward that runs). Compiled code
     # needs none of this: AOTAutograd recomputes inside the graph from the same values.
 
@@ -111,21 +112,24 @@ class Linear(torch.nn.Module):
         rng = None
         if recipe is not None and linear_quantizers(recipe).needs_rng:
             rng = self.rng_state.clone()
-        records = self.__dict__.setdefault("_checkpoint_records", {})
-        records.setdefault(_input_key(x), []).append((recipe, self.fwd_scale.detach().clone(), rng))
-        while len(records) > _MAX_RECORDS:  # forwards never recomputed (evaluation): drop the oldest
-            records.pop(next(iter(records)))
+        records = self.__dict__.setdefault("_checkpoint_records", [])
+        # the input's hash stays a tensor (no device sync in the forward); it is compared in the recompute
+        records.append((_input_meta(x), torch.hash_tensor(x.detach()), recipe, self.fwd_scale.detach().clone(), rng))
+        if len(records) > _MAX_RECORDS:  # forwards never recomputed (evaluation): drop the oldest
+            del records[0]
 
     def _recompute(self, x: torch.Tensor) -> torch.Tensor:
-        pending = self.__dict__.get("_checkpoint_records", {}).get(_input_key(x))
-        if not pending:
+        records = self.__dict__.get("_checkpoint_records", [])
+        meta, digest = _input_meta(x), torch.hash_tensor(x.detach())
+        for i, record in enumerate(records):
+            if record[0] == meta and torch.equal(record[1], digest):
+                _, _, recipe, fwd_scale, rng = records.pop(i)
+                break
+        else:
             raise RuntimeError(
                 "twinengine.pytorch.Linear: a forward ran inside a backward pass (activation checkpointing "
                 "recompute) with an input this layer did not see in a checkpointed forward; the recomputed "
                 "forward must be deterministic and see the same inputs")
-        recipe, fwd_scale, rng = pending.pop(0)
-        if not pending:
-            del self._checkpoint_records[_input_key(x)]
         # throwaway forward state: the recompute reads the recorded scales and updates nothing
         with replay_region(recipe):
             return self._forward(x, self.fwd_amax_history.detach().clone(), fwd_scale.clone(), rng)
@@ -134,9 +138,9 @@ class Linear(torch.nn.Module):
 _MAX_RECORDS = 4096
 
 
-def _input_key(x: torch.Tensor) -> tuple:
-    """The identity of a forward's input for matching a recompute to its original call."""
-    return (tuple(x.shape), x.dtype, x.device, int(torch.hash_tensor(x.detach())))
+def _input_meta(x: torch.Tensor) -> tuple:
+    """With the input's hash (torch.hash_tensor), what matches a recompute to its original call."""
+    return (tuple(x.shape), x.dtype, x.device)
 
 
 _STATEFUL_COMPILED_FORWARD: dict[str, bool] = {}
