@@ -263,7 +263,7 @@ def test_fuzz_linear_dense(fuzz_settings):
 
 def test_fuzz_record_amax_and_update(fuzz_settings):
     from hypothesis import given
-    from reference import quantize as qref
+    from twinengine.testing import reference as qref
 
     values = st.sampled_from([0.0, -0.0, 1e-40, 1e-45, 1.5, 448.0, 3e38, float("inf"), float("nan")])
 
