@@ -91,7 +91,7 @@ def _linear_quantized_body(
     delayed = fwd_scale is not None
     x2 = x.reshape(-1, x.shape[-1])
     qx = quantize(x2, input_quantizer, scale=fwd_scale[0:1] if delayed else None)
-    if weight is not None:
+    if w_rowwise_data is None:  # quantize the weight (else: its given copies, e.g. a cached FP8 weight)
         qw = quantize(weight, weight_quantizer, scale=fwd_scale[1:2] if delayed else None)
         w_amax = qw.amax
     else:
@@ -103,7 +103,7 @@ def _linear_quantized_body(
     zero = torch.zeros(1, dtype=torch.float32, device=x.device)
     amax = torch.cat([qx.amax if delayed else zero, w_amax if delayed and w_amax is not None else zero])
     x_col_amax = qx.columnwise_amax if qx.columnwise_amax is not None else zero.clone()
-    if weight is None:  # the backward reads the given copies (an op must not return its inputs)
+    if w_rowwise_data is not None:  # the backward reads the given copies (an op must not return its inputs)
         empty = [torch.empty(0, dtype=t.dtype, device=x.device) for t in (w_columnwise_data, w_columnwise_scale_inv)]
         return y, qx.columnwise_data, qx.columnwise_scale_inv, empty[0], empty[1], x_col_amax, zero.clone(), amax
     w_col_amax = qw.columnwise_amax if qw.columnwise_amax is not None else zero.clone()
@@ -121,7 +121,7 @@ def _linear_quantized_setup(ctx, inputs, output):
      rng, margin, algo) = inputs
     _, x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, amax = output
     ctx.mark_non_differentiable(x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, amax)
-    if weight is None:
+    if given_w_col is not None:
         w_col, w_col_scale = given_w_col, given_w_col_scale
     ctx.save_for_backward(x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, bwd_scale, bwd_history, rng)
     ctx.quantizers = (input_q, weight_q, grad_q)
@@ -174,44 +174,49 @@ class _LinearQuantizedFunction(torch.autograd.Function):
 @surface_errors(tensor_fallback)
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
            delayed_state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-           rng: torch.Tensor | None = None) -> torch.Tensor:
+           rng: torch.Tensor | None = None, weight_cache: QuantizedTensor | None = None) -> torch.Tensor:
     """y = x · wᵀ (+ bias), quantized as the innermost ``twinengine.pytorch.autocast`` recipe says.
 
     Shapes: x (..., K); weight (N, K) (a tensor, or a QuantizedTensor with both copies); bias
         (N,); y (..., N). delayed_state (DelayedScaling only): (fwd_amax_history (L, 2),
         fwd_scale (2,), bwd_amax_history (L, 1), bwd_scale (1,)), updated in place: the forward
         slots after the forward, the grad slot during the backward (NUMERICS.md §3).
+        weight_cache: the tensor weight's quantized copies (both usages, the recipe's weight
+        quantizer) used instead of quantizing it — FP8 weight caching across micro-batches
+        (``twinengine.pytorch.Linear(..., is_first_microbatch=...)``); `weight` still gets its
+        gradient.
     Dtypes: x, weight, bias fp32 / bf16 / fp16; y has x's dtype, grads their input's dtype.
     Numerics: outside autocast the three GEMMs run in high precision (fp32 accumulation);
         inside, x and w are quantized with the recipe's input / weight quantizers and dy with
         its grad_output quantizer (NUMERICS.md §8, §9); the bias gradient is the fp32-accumulated
         column sum of dy. Same kernels as ``twinengine.jax.dense``: identical bytes.
     Raises:
-        TypeError: unsupported recipe / quantizer combination, QuantizedTensor weight without
-            a recipe or in NVFP4; ValueError: delayed state missing or of the wrong length,
-            stochastic rounding without rng.
+        TypeError: unsupported recipe / quantizer combination, QuantizedTensor weight (or
+            weight_cache) without a recipe or in NVFP4; ValueError: delayed state missing or of
+            the wrong length, stochastic rounding without rng.
     """
     recipe = current_recipe()
     quantized_weight = isinstance(weight, QuantizedTensor)
     check_linear_shapes(x.shape, weight.shape, None if bias is None else bias.shape)
     if recipe is None:
-        if quantized_weight:
+        if quantized_weight or weight_cache is not None:
             raise TypeError("twinengine.linear: a QuantizedTensor weight needs an active "
                             "twinengine.pytorch.autocast(recipe=...) region")
         return _LinearFunction.apply(x, weight, bias)
     qs = linear_quantizers(recipe, dtype_name(x.dtype))
     check_rng(qs, rng is not None)
-    if quantized_weight and weight.quantizer.scaling_mode == "nvfp4":
+    copies = weight if quantized_weight else weight_cache
+    if copies is not None and copies.quantizer.scaling_mode == "nvfp4":
         raise TypeError("twinengine.linear: pre-quantized NVFP4 weights are not supported; pass the high-precision "
                         "weight (it is quantized per call)")
     fwd_history = fwd_scale = bwd_history = bwd_scale = None
     if qs.delayed:
         check_delayed_state(None if delayed_state is None else delayed_state[0].shape[0], qs)
         fwd_history, fwd_scale, bwd_history, bwd_scale = delayed_state
-    weight_q = weight.quantizer if quantized_weight else qs.weight
-    if quantized_weight:
-        w_parts = (None, weight.rowwise_data, weight.rowwise_scale_inv, weight.columnwise_data,
-                   weight.columnwise_scale_inv)
+    weight_q = qs.weight if copies is None else copies.quantizer
+    if copies is not None:
+        w_parts = (None if quantized_weight else weight, copies.rowwise_data, copies.rowwise_scale_inv,
+                   copies.columnwise_data, copies.columnwise_scale_inv)
     else:
         w_parts = (weight, None, None, None, None)
     y, *_, amax = _LinearQuantizedFunction.apply(

@@ -7,9 +7,11 @@ import math
 import torch
 
 from ...linear import linear_quantizers
+from ...quantized_tensor import QuantizedTensor
 from ...recipe import DelayedScaling
-from .._library import surface_errors, tensor_fallback
+from .._library import dtype_name, surface_errors, tensor_fallback
 from .._ops.linear import linear
+from .._ops.quantize import quantize
 from ..autocast import current_recipe, replay_region
 from ..te_migration import load_te_checkpoint_hook
 
@@ -30,6 +32,10 @@ class Linear(torch.nn.Module):
         read nor advance it, so their forward mutates no buffer (torch.func-friendly).
     Weight: ``weight`` may be replaced by a twinengine QuantizedTensor holding both copies
         (``del layer.weight; layer.weight = qt``): it is then used as is, without a gradient.
+    FP8 weight caching (TE's flag): ``layer(x, is_first_microbatch=True)`` quantizes the weight
+        once and keeps it; ``is_first_microbatch=False`` reuses it for the following
+        micro-batches of the same optimizer step (the weight still gets its gradient); see
+        ``_weight_cache``. Checkpoints: a TE Linear state dict loads (``te_migration.py``).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
@@ -69,23 +75,45 @@ class Linear(torch.nn.Module):
             self.bwd_scale.fill_(1.0)
             self.rng_state.copy_(torch.tensor([self.rng_seed, 0], dtype=torch.int64))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, is_first_microbatch: bool | None = None) -> torch.Tensor:
         if not torch.compiler.is_compiling():
             if torch._C._current_graph_task_id() != -1:
                 return self._recompute(x)  # a forward run by the backward pass: checkpoint recompute
+            cache = self._weight_cache(is_first_microbatch)
             if not torch.is_grad_enabled() or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
-                self._record(x)  # a forward that activation checkpointing may recompute
-        return self._forward(x, self.fwd_amax_history, self.fwd_scale, None)
+                self._record(x, cache)  # a forward that activation checkpointing may recompute
+            return self._forward(x, self.fwd_amax_history, self.fwd_scale, None, cache)
+        return self._forward(x, self.fwd_amax_history, self.fwd_scale, None, self._weight_cache(is_first_microbatch))
+
+    def _weight_cache(self, is_first_microbatch: bool | None) -> QuantizedTensor | None:
+        """The quantized weight this call uses in place of quantizing ``weight`` (TE's FP8 weight
+        caching), or None. ``is_first_microbatch=True`` quantizes the weight (with the recipe's
+        weight quantizer; DelayedScaling: the current weight scale) and keeps it in
+        ``fp8_weight_cache``; ``False`` reuses that copy while it was made by the same quantizer
+        (else it is remade); ``None`` (default) neither reads nor writes it. High precision and
+        NVFP4 weights (pre-quantized NVFP4 operands are not supported) are never cached."""
+        recipe = current_recipe()
+        if is_first_microbatch is None or recipe is None or isinstance(self.weight, QuantizedTensor):
+            return None
+        qs = linear_quantizers(recipe, dtype_name(self.weight.dtype))
+        if qs.weight.scaling_mode == "nvfp4":
+            return None
+        cache = self.__dict__.get("fp8_weight_cache")
+        if is_first_microbatch or cache is None or cache.quantizer != qs.weight:
+            with torch.no_grad():
+                cache = quantize(self.weight, qs.weight, scale=self.fwd_scale[1:2] if qs.delayed else None)
+            self.__dict__["fp8_weight_cache"] = cache
+        return cache
 
     @surface_errors(tensor_fallback)
     def _forward(self, x: torch.Tensor, fwd_history: torch.Tensor, fwd_scale: torch.Tensor,
-                 rng: torch.Tensor | None) -> torch.Tensor:
+                 rng: torch.Tensor | None, cache: QuantizedTensor | None = None) -> torch.Tensor:
         state = (fwd_history, fwd_scale, self.bwd_amax_history, self.bwd_scale)
         recipe = current_recipe()
         if recipe is None or not linear_quantizers(recipe).needs_rng:
             if isinstance(recipe, DelayedScaling) and torch.compiler.is_compiling():
                 _mark_stateful_compiled_forward()
-            return linear(x, self.weight, self.bias, delayed_state=state)
+            return linear(x, self.weight, self.bias, delayed_state=state, weight_cache=cache)
         if rng is None:
             if torch.compiler.is_compiling():
                 _mark_stateful_compiled_forward()
@@ -95,7 +123,7 @@ class Linear(torch.nn.Module):
             advanced = self.rng_state + step
             self.rng_state.copy_(advanced)
             rng = advanced - step
-        return linear(x, self.weight, self.bias, rng=rng, delayed_state=state)
+        return linear(x, self.weight, self.bias, rng=rng, delayed_state=state, weight_cache=cache)
 
     # ---- activation checkpointing (eager) -------------------------------------------------
     # torch.utils.checkpoint re-runs the forward inside the backward pass (both modes), where
@@ -107,14 +135,15 @@ class Linear(torch.nn.Module):
     # buffers (the grad slot is updated once, by the one backward that runs). Compiled code
     # needs none of this: AOTAutograd recomputes inside the graph from the same values.
 
-    def _record(self, x: torch.Tensor) -> None:
+    def _record(self, x: torch.Tensor, cache: QuantizedTensor | None) -> None:
         recipe = current_recipe()
         rng = None
         if recipe is not None and linear_quantizers(recipe).needs_rng:
             rng = self.rng_state.clone()
         records = self.__dict__.setdefault("_checkpoint_records", [])
         # the input's hash stays a tensor (no device sync in the forward); it is compared in the recompute
-        records.append((_input_meta(x), torch.hash_tensor(x.detach()), recipe, self.fwd_scale.detach().clone(), rng))
+        records.append((_input_meta(x), torch.hash_tensor(x.detach()), recipe, self.fwd_scale.detach().clone(), rng,
+                        cache))
         if len(records) > _MAX_RECORDS:  # forwards never recomputed (evaluation): drop the oldest
             del records[0]
 
@@ -123,7 +152,7 @@ class Linear(torch.nn.Module):
         meta, digest = _input_meta(x), torch.hash_tensor(x.detach())
         for i, record in enumerate(records):
             if record[0] == meta and torch.equal(record[1], digest):
-                _, _, recipe, fwd_scale, rng = records.pop(i)
+                _, _, recipe, fwd_scale, rng, cache = records.pop(i)
                 break
         else:
             raise RuntimeError(
@@ -132,7 +161,7 @@ class Linear(torch.nn.Module):
                 "forward must be deterministic and see the same inputs")
         # throwaway forward state: the recompute reads the recorded scales and updates nothing
         with replay_region(recipe):
-            return self._forward(x, self.fwd_amax_history.detach().clone(), fwd_scale.clone(), rng)
+            return self._forward(x, self.fwd_amax_history.detach().clone(), fwd_scale.clone(), rng, cache)
 
 
 _MAX_RECORDS = 4096
