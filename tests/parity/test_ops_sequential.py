@@ -35,7 +35,7 @@ def _inputs(case, dtype):
 
 
 @pytest.mark.parametrize("recipe_name", list(RECIPES))
-@pytest.mark.parametrize("case", ["rmsnorm_mlp", "layernorm_quantize", "residual"])
+@pytest.mark.parametrize("case", ["rmsnorm_mlp", "layernorm_quantize", "residual", "linear_tails"])
 def test_sequential_torch_matches_jax(recipe_name, case):
     recipe, dtype = RECIPES[recipe_name], dtype_for(recipe_name)
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
@@ -180,3 +180,40 @@ def test_zero_rows_and_vmap_of_block_functions():
     for i in range(3):
         assert_bytes_equal(np.asarray(batched[i]), np.asarray(tej.layernorm_mlp(x[i], params, activation="swiglu")),
                            f"vmap {i}")
+
+
+@pytest.mark.parametrize("recipe_name", ["high_precision", "fp8_delayed", "mxfp8", "nvfp4"])
+@pytest.mark.parametrize("normalization", ["LayerNorm", "RMSNorm"])
+def test_layernorm_linear_torch_matches_jax_layernorm_dense(recipe_name, normalization):
+    recipe, dtype = RECIPES[recipe_name], dtype_for(recipe_name)
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    torch.manual_seed(0)
+    module = tep.LayerNormLinear(HIDDEN, HIDDEN, normalization=normalization, return_layernorm_output=True,
+                                 bias=recipe_name != "mxfp8", params_dtype=torch_dtype, amax_history_len=4)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(-0.5, 0.5)
+    linear = next(op for op in module.basic_ops if isinstance(op, tops.BasicLinear))
+    rngs = {"linear": jnp.asarray(_np(linear.rng_state))}
+    x, _, dy = _inputs("rmsnorm_mlp", dtype)
+    xt = to_torch(x).requires_grad_(True)
+    with tep.autocast(recipe=recipe) if recipe is not None else contextlib.nullcontext():
+        y, ln_out = module(xt)
+    torch.autograd.backward([y, ln_out], [to_torch(dy), torch.ones_like(ln_out)])
+    params = tej.params_from_torch(module.state_dict())
+    delayed = isinstance(recipe, te.recipe.DelayedScaling)
+    state = {"linear": tej.delayed_scaling_state(4)} if delayed else None
+
+    def loss(x, params):
+        out = tej.layernorm_dense(x, params, normalization=normalization, return_layernorm_output=True, state=state,
+                                  rngs=rngs, recipe=recipe)
+        (yj, lnj) = out[0] if delayed else out
+        total = jnp.sum(yj.astype(jnp.float32) * jnp.asarray(dy).astype(jnp.float32))
+        return total + jnp.sum(lnj.astype(jnp.float32)), (yj, lnj)
+
+    (_, (yj, lnj)), (gx, gp) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(jnp.asarray(x), params)
+    assert_bytes_equal(_np(y.detach()), _np(yj), "y")
+    assert_bytes_equal(_np(ln_out.detach()), _np(lnj), "ln_out")
+    assert_bytes_equal(_np(xt.grad), _np(gx), "dx")
+    for name, p in module.named_parameters():
+        assert_bytes_equal(_np(p.grad), _np(gp[name]), f"d{name}")
