@@ -98,8 +98,8 @@ TweStatus check_query(const TweGemmPlanQuery& q) {
                     : q.scaling == kTweGemmNVFP4      ? d == kTweUInt8
                                                       : is_fp8(d);
     if (!ok) {
-      return fail(kTweInvalidArgument, std::string("operand dtype ") + dtype_name(d) + " does not fit the GEMM format " +
-                                           std::to_string(static_cast<int>(q.scaling)));
+      return fail(kTweInvalidArgument, std::string("operand dtype ") + dtype_name(d) +
+                                           " does not fit the GEMM format " + std::to_string(static_cast<int>(q.scaling)));
     }
   }
   if (q.scaling != kTweGemmHighPrecision && q.scaling != kTweGemmMXFP8 && (!q.a_k_major || !q.b_k_major)) {
@@ -119,12 +119,16 @@ TweStatus check_query(const TweGemmPlanQuery& q) {
 std::string native_blocker(const TweGemmPlanQuery& q, const NativeRule& r) {
   const bool k_minor = !q.a_k_major || !q.b_k_major;
   if (q.scaling == kTweGemmHighPrecision) return q.a_dtype == q.b_dtype ? "" : "mixed high-precision dtypes";
-  if (q.sm < r.min_sm || (r.max_sm && q.sm > r.max_sm)) return "device sm_" + std::to_string(q.sm) + " (needs " + r.requirement + ")";
+  if (q.sm < r.min_sm || (r.max_sm && q.sm > r.max_sm)) {
+    return "device sm_" + std::to_string(q.sm) + " (needs " + r.requirement + ")";
+  }
   if (q.cublaslt_version < r.min_cublaslt) {
     return "cuBLASLt " + std::to_string(q.cublaslt_version) + " (needs " + r.requirement + ")";
   }
   if (q.a_dtype == kTweFloat8E5M2 && q.b_dtype == kTweFloat8E5M2) return "E5M2 x E5M2 has no cuBLASLt kernel";
-  if (k_minor && !(r.k_minor_from_sm100 && q.sm >= 100 && q.sm < 120)) return "K-minor operand on sm_" + std::to_string(q.sm);
+  if (k_minor && !(r.k_minor_from_sm100 && q.sm >= 100 && q.sm < 120)) {
+    return "K-minor operand on sm_" + std::to_string(q.sm);
+  }
   if (q.k % r.k_multiple != 0) return "K=" + std::to_string(q.k) + " not a multiple of " + std::to_string(r.k_multiple);
   if (q.m % r.mn_multiple != 0 || q.n % r.mn_multiple != 0) {
     return "M, N (" + std::to_string(q.m) + ", " + std::to_string(q.n) + ") not multiples of " +

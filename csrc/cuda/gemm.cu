@@ -127,7 +127,7 @@ TweStatus plan_query(const GemmArgs& args, TweGemmPlanQuery* q, int* device) {
   int major = 0, minor = 0;
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, *device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, *device);
-  if (err != cudaSuccess) return fail(kTweCudaError, std::string("gemm: device query failed: ") + cudaGetErrorString(err));
+  if (err != cudaSuccess) return fail(kTweCudaError, std::string("gemm device query failed: ") + cudaGetErrorString(err));
   *q = TweGemmPlanQuery{};
   q->scaling = args.scaling;
   q->a_dtype = args.a->data.dtype;

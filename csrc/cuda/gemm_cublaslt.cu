@@ -84,7 +84,8 @@ CublasLtApi load_api() {
     candidates.push_back(here + "/../nvidia/cu" + std::to_string(CUBLAS_VER_MAJOR) + "/lib/" + soname);
     candidates.push_back(here + "/../nvidia/cublas/lib/" + soname);
   }
-  if (std::string(TWE_CUBLASLT_WHEEL_LIBDIR).size()) candidates.push_back(std::string(TWE_CUBLASLT_WHEEL_LIBDIR) + "/" + soname);
+  const std::string build_wheel = TWE_CUBLASLT_WHEEL_LIBDIR;
+  if (!build_wheel.empty()) candidates.push_back(build_wheel + "/" + soname);
   void* lib = nullptr;
   for (const std::string& c : candidates) {
     lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -93,7 +94,8 @@ CublasLtApi load_api() {
   if (!lib) return api;
   const bool ok = bind(lib, "cublasLtGetVersion", &api.GetVersion) &&
                   bind(lib, "cublasLtGetStatusString", &api.GetStatusString) &&
-                  bind(lib, "cublasLtCreate", &api.Create) && bind(lib, "cublasLtMatmulDescCreate", &api.MatmulDescCreate) &&
+                  bind(lib, "cublasLtCreate", &api.Create) &&
+                  bind(lib, "cublasLtMatmulDescCreate", &api.MatmulDescCreate) &&
                   bind(lib, "cublasLtMatmulDescDestroy", &api.MatmulDescDestroy) &&
                   bind(lib, "cublasLtMatmulDescSetAttribute", &api.MatmulDescSetAttribute) &&
                   bind(lib, "cublasLtMatrixLayoutCreate", &api.MatrixLayoutCreate) &&
@@ -210,8 +212,9 @@ TweStatus stage_operand(const TweGemmOperand& op, TweGemmScaling scaling, TweGem
       // Compact scales: (rows_p, blocks_p) for K-major operands, (blocks_p, rows_p) for
       // K-minor (MXFP8 columnwise) ones.
       const int64_t d0 = twe::rows(op.scale_inv), d1 = cols(op.scale_inv);
-      return op.k_major ? launch_swizzle(static_cast<const uint8_t*>(op.scale_inv.data), dst, d0, d1, false, false, stream)
-                        : launch_swizzle(static_cast<const uint8_t*>(op.scale_inv.data), dst, d1, d0, true, false, stream);
+      const uint8_t* scales = static_cast<const uint8_t*>(op.scale_inv.data);
+      return op.k_major ? launch_swizzle(scales, dst, d0, d1, false, false, stream)
+                        : launch_swizzle(scales, dst, d1, d0, true, false, stream);
     }
     case kTweGemmStageBF16:
       dequantize_operand_kernel<BFloat16><<<grid_for(rows * k), kThreads, 0, s>>>(op, scaling, rows, k, stride,
@@ -309,9 +312,8 @@ TweStatus gemm_cublaslt(const GemmArgs& args, const TweGemmPlan& plan, const Twe
   cublasLtHandle_t handle;
   if ((st = handle_for(device, &handle))) return st;
   Descriptors desc;
-  if ((st = cublas_check(api().MatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"))) {
-    return st;
-  }
+  st = cublas_check(api().MatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  if (st) return st;
   // cuBLASLt's A is our B, its B our A (column-major outᵀ (N, M) = B · Aᵀ).
   const cublasOperation_t transa = plan.cublas_transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t transb = plan.cublas_transb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -345,7 +347,8 @@ TweStatus gemm_cublaslt(const GemmArgs& args, const TweGemmPlan& plan, const Twe
   }
 
   // Layouts (column-major): its A = our B as stored, its B = our A as stored, D = outᵀ (N, M).
-  const uint64_t m = static_cast<uint64_t>(args.m), n = static_cast<uint64_t>(args.n), k = static_cast<uint64_t>(args.k);
+  const uint64_t m = static_cast<uint64_t>(args.m), n = static_cast<uint64_t>(args.n);
+  const uint64_t k = static_cast<uint64_t>(args.k);
   const cudaDataType_t a_type = cuda_type(plan.b_compute_dtype), b_type = cuda_type(plan.a_compute_dtype);
   st = transa == CUBLAS_OP_T ? cublas_check(api().MatrixLayoutCreate(&desc.a, a_type, k, n, args.k), "layout A")
                              : cublas_check(api().MatrixLayoutCreate(&desc.a, a_type, n, k, args.n), "layout A");
@@ -380,8 +383,8 @@ TweStatus gemm_cublaslt(const GemmArgs& args, const TweGemmPlan& plan, const Twe
                          "cublasLtMatmul"))) {
     return st;
   }
-  if (plan.epilogue == kTweGemmEpilogueBiasAdd || staged) return launch_epilogue(args, static_cast<const float*>(d_ptr));
-  return kTweSuccess;
+  const bool epilogue_kernel = plan.epilogue == kTweGemmEpilogueBiasAdd || staged;
+  return epilogue_kernel ? launch_epilogue(args, static_cast<const float*>(d_ptr)) : kTweSuccess;
 }
 
 }  // namespace cuda

@@ -29,7 +29,7 @@ TweStatus launch_swizzle(const uint8_t* in, uint8_t* out, int64_t rows, int64_t 
   const unsigned grid = static_cast<unsigned>(ceil_div(count, kThreads) < 65535 ? ceil_div(count, kThreads) : 65535);
   swizzle_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(in, out, rows, blocks, transposed, inverse);
   const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return fail(kTweCudaError, std::string("scale swizzle launch failed: ") + cudaGetErrorString(err));
+  if (err != cudaSuccess) return fail(kTweCudaError, std::string("swizzle launch failed: ") + cudaGetErrorString(err));
   return kTweSuccess;
 }
 

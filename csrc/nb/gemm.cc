@@ -44,8 +44,9 @@ nb::dict gemm_plan(const nb::dict& q) {
   query.cublaslt_version = static_cast<int32_t>(get(q, "cublaslt_version", 0));
   TweGemmPlan plan{};
   const TweStatus status = twe_gemm_plan(&query, &plan);
-  if (status == kTweInvalidArgument) throw nb::value_error((std::string("twinengine.gemm: ") + twe_last_error()).c_str());
-  if (status != kTweSuccess) throw std::runtime_error(std::string("twinengine.gemm: ") + twe_last_error());
+  const std::string message = std::string("twinengine.gemm: ") + twe_last_error();
+  if (status == kTweInvalidArgument) throw nb::value_error(message.c_str());
+  if (status != kTweSuccess) throw std::runtime_error(message);
   nb::dict out;
   out["path"] = static_cast<int>(plan.path);
   out["cublas_transa"] = plan.cublas_transa;

@@ -11,8 +11,8 @@ import pytest
 
 import twinengine._C as _C
 from twinengine.dtypes import ABI_CODES
-from twinengine.ops.gemm import (GEMM_EPILOGUES, GEMM_PATHS, GEMM_STAGINGS, gemm_plan_query, gemm_workspace_bytes,
-                                 with_workspace, GEMM)
+from twinengine.ops.gemm import (GEMM, GEMM_EPILOGUES, GEMM_PATHS, GEMM_STAGINGS, gemm_plan_query,
+                                 gemm_workspace_bytes, with_workspace)
 from twinengine.ops.quantize import ArrayMeta
 from twinengine.quantized_tensor import QuantizedTensor
 from twinengine.quantizers import Float8BlockQuantizer, MXFP8Quantizer, NVFP4Quantizer
@@ -109,7 +109,10 @@ def _check(q):
     staging = _expected_staging(q, native)
     assert GEMM_STAGINGS[plan["a_staging"]] == staging == GEMM_STAGINGS[plan["b_staging"]]
     if native and q["scaling"] != HP:
-        modes = [5 if q[f"{x}_block_2d"] else 4 for x in "ab"] if q["scaling"] == BLOCK else [SCALE_MODE[q["scaling"]]] * 2
+        if q["scaling"] == BLOCK:
+            modes = [5 if q[f"{x}_block_2d"] else 4 for x in "ab"]  # BLK128x128_32F / VEC128_32F
+        else:
+            modes = [SCALE_MODE[q["scaling"]]] * 2
         assert [plan["a_scale_mode"], plan["b_scale_mode"]] == modes
         assert (plan["a_compute_dtype"], plan["b_compute_dtype"]) == (q["a_dtype"], q["b_dtype"])
     else:
@@ -221,3 +224,13 @@ def test_gemm_plan_query_from_core_descriptions():
     assert [(s.name, s.shape, s.dtype) for s in call.outputs] == [
         ("out", (256, 128), "float32"), ("workspace", (plan["workspace_bytes"],), "uint8")]
     assert with_workspace(call, 0) is call
+
+
+def test_gemm_cublaslt_loads_in_cuda_builds():
+    """A CUDA build finds libcublasLt at run time (the wheel beside the installed extension, or
+    the one it was built with) even without a GPU or driver; a CPU build reports none."""
+    version = _C.gemm_cublaslt_version()
+    if _C.has_cuda():
+        assert version >= 120800
+    else:
+        assert version == 0
