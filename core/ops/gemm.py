@@ -243,7 +243,7 @@ def gemm_plan_query(a: Any, b: Any, bias: Any = None, *, a_columnwise: bool = Fa
             query[f"{name}_dtype"] = _dtype_code(data)
             query[f"{name}_scale_bytes"] = _nbytes(scale_inv)
         else:
-            query[f"{name}_dtype"] = ABI_CODES[x.dtype]
+            query[f"{name}_dtype"] = _dtype_code(x)
             query[f"{name}_scale_bytes"] = 0
     return query
 
