@@ -37,7 +37,8 @@
  *  Layout, each part starting at a multiple of 256 bytes: the cuBLASLt workspace
  *  (kTweGemmCublasWorkspaceBytes when cuBLASLt runs), then A's staging, then B's staging
  *  (swizzled scales: the padded scale tensor's bytes; dequantized data: rows·K·2 (bf16) or
- *  ·4 (fp32)), then the fp32 (M, N) output staging, then 256 bytes of device scalars.
+ *  ·4 (fp32)), then the fp32 (M, N) output staging, then 256 bytes of device scalars, plus
+ *  256 bytes of slack so an unaligned base pointer can be rounded up to 256.
  */
 #ifndef TWINENGINE_GEMM_H_
 #define TWINENGINE_GEMM_H_
