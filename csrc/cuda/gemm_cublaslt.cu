@@ -1,7 +1,8 @@
 // The cuBLASLt GEMM path (NUMERICS.md §8): runs the plan of csrc/abi/gemm_plan.cc — native
 // FP8 / FP8 block / MXFP8 / NVFP4 / high-precision cuBLASLt GEMMs, or dequantize into the
 // workspace and a bf16 / fp32 cuBLASLt GEMM — with every buffer carved from the caller's
-// workspace (framework allocator; stream-ordered, no host sync, CUDA-graph safe).
+// workspace (framework allocator; stream-ordered, no host sync, CUDA-graph safe). The
+// staging and epilogue kernels are in csrc/cuda/gemm_staging.cu.
 //
 // libcublasLt is loaded at run time (dlopen), not linked: the extension imports on machines
 // without a GPU, driver or cuBLAS, the CPU path never needs it, and the CUDA path falls back
@@ -25,10 +26,6 @@
 
 namespace twe {
 namespace cuda {
-
-TweStatus gemm_tiled(const GemmArgs& args);  // csrc/cuda/gemm.cu
-TweStatus launch_swizzle(const uint8_t* in, uint8_t* out, int64_t rows, int64_t blocks, bool transposed, bool inverse,
-                         void* stream);  // csrc/cuda/gemm_swizzle.cu
 
 namespace {
 
@@ -137,97 +134,6 @@ TweStatus handle_for(int device, cublasLtHandle_t* out) {
   return kTweSuccess;
 }
 
-// ---- small kernels: staging, scalars, epilogue ------------------------------------------------
-
-constexpr int kThreads = 256;
-
-unsigned grid_for(int64_t count) {
-  const int64_t blocks = ceil_div(count, kThreads);
-  return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);
-}
-
-/*! Decoded operand x̂ in the stored element order (K-major (rows, K) or K-minor (K, rows)). */
-template <typename Out>
-__global__ void dequantize_operand_kernel(TweGemmOperand op, TweGemmScaling scaling, int64_t rows, int64_t k,
-                                          int64_t scale_stride, Out* out) {
-  const int64_t count = rows * k;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = op.k_major ? i / k : i % rows;
-    const int64_t kk = op.k_major ? i % k : i / rows;
-    out[i] = FromFloat<Out>::apply(gemm_decoded_value(scaling, op, rows, k, scale_stride, r, kk));
-  }
-}
-
-/*! alpha = fl(S_dec_a · S_dec_b) (NVFP4 global decode scales), beta = 0, in device memory. */
-__global__ void nvfp4_alpha_kernel(const float* amax_a, const float* amax_b, float* scalars) {
-  scalars[0] = numerics::gemm_scale_partial(1.0f, numerics::nvfp4_global_decode_scale(*amax_a),
-                                            numerics::nvfp4_global_decode_scale(*amax_b));
-  scalars[1] = 0.0f;
-}
-
-/*! out (m, n) = RNE(fl(acc (+ bias))), acc fp32 (m, n) (may alias out when out is fp32). */
-template <typename Out, typename Bias>
-__global__ void epilogue_kernel(const float* acc, const Bias* bias, int64_t m, int64_t n, Out* out) {
-  const int64_t count = m * n;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float v = acc[i];
-    if (bias) v = v + to_float(bias[i % n]);
-    out[i] = FromFloat<Out>::apply(v);
-  }
-}
-
-TweStatus check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return fail(kTweCudaError, std::string(what) + " launch failed: " + cudaGetErrorString(err));
-  return kTweSuccess;
-}
-
-TweStatus launch_epilogue(const GemmArgs& args, const float* acc) {
-  cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
-  const int64_t count = args.m * args.n;
-  return dispatch_high_precision(args.out->dtype, [&](auto out_tag) {
-    using Out = decltype(out_tag);
-    Out* out = static_cast<Out*>(args.out->data);
-    if (!args.bias) {
-      epilogue_kernel<Out, float><<<grid_for(count), kThreads, 0, stream>>>(acc, nullptr, args.m, args.n, out);
-      return check_launch("gemm epilogue");
-    }
-    return dispatch_high_precision(args.bias->dtype, [&](auto bias_tag) {
-      using Bias = decltype(bias_tag);
-      epilogue_kernel<Out, Bias><<<grid_for(count), kThreads, 0, stream>>>(
-          acc, static_cast<const Bias*>(args.bias->data), args.m, args.n, out);
-      return check_launch("gemm epilogue");
-    });
-  });
-}
-
-TweStatus stage_operand(const TweGemmOperand& op, TweGemmScaling scaling, TweGemmStaging staging, int64_t rows,
-                        int64_t k, uint8_t* dst, void* stream) {
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int64_t stride = present(&op.scale_inv) ? cols(op.scale_inv) : 0;
-  switch (staging) {
-    case kTweGemmStageSwizzle: {
-      // Compact scales: (rows_p, blocks_p) for K-major operands, (blocks_p, rows_p) for
-      // K-minor (MXFP8 columnwise) ones.
-      const int64_t d0 = twe::rows(op.scale_inv), d1 = cols(op.scale_inv);
-      const uint8_t* scales = static_cast<const uint8_t*>(op.scale_inv.data);
-      return op.k_major ? launch_swizzle(scales, dst, d0, d1, false, false, stream)
-                        : launch_swizzle(scales, dst, d1, d0, true, false, stream);
-    }
-    case kTweGemmStageBF16:
-      dequantize_operand_kernel<BFloat16><<<grid_for(rows * k), kThreads, 0, s>>>(op, scaling, rows, k, stride,
-                                                                                  reinterpret_cast<BFloat16*>(dst));
-      return check_launch("gemm dequantize");
-    case kTweGemmStageFP32:
-      dequantize_operand_kernel<float><<<grid_for(rows * k), kThreads, 0, s>>>(op, scaling, rows, k, stride,
-                                                                               reinterpret_cast<float*>(dst));
-      return check_launch("gemm dequantize");
-    default: return kTweSuccess;
-  }
-}
-
 // ---- cuBLASLt descriptors ---------------------------------------------------------------------
 
 cudaDataType_t cuda_type(TweDType d) {
@@ -298,9 +204,9 @@ TweStatus gemm_cublaslt(const GemmArgs& args, const TweGemmPlan& plan, const Twe
   float* scalars = reinterpret_cast<float*>(base + layout.scalars);
   const bool device_alpha = scaling == kTweGemmNVFP4;
   if (device_alpha) {
-    nvfp4_alpha_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const float*>(a.amax.data), static_cast<const float*>(b.amax.data), scalars);
-    if ((st = check_launch("nvfp4 alpha"))) return st;
+    st = launch_nvfp4_alpha(static_cast<const float*>(a.amax.data), static_cast<const float*>(b.amax.data), scalars,
+                            stream);
+    if (st) return st;
   }
   static const float kOne = 1.0f, kZero = 0.0f;
 
@@ -384,7 +290,7 @@ TweStatus gemm_cublaslt(const GemmArgs& args, const TweGemmPlan& plan, const Twe
     return st;
   }
   const bool epilogue_kernel = plan.epilogue == kTweGemmEpilogueBiasAdd || staged;
-  return epilogue_kernel ? launch_epilogue(args, static_cast<const float*>(d_ptr)) : kTweSuccess;
+  return epilogue_kernel ? launch_gemm_epilogue(args, static_cast<const float*>(d_ptr)) : kTweSuccess;
 }
 
 }  // namespace cuda

@@ -116,6 +116,16 @@ TWE_GEMM_KERNELS(cuda)
 namespace cuda {
 /*! cublasLtGetVersion() of the dynamically loaded cuBLASLt, 0 when it cannot be loaded. */
 int64_t cublaslt_version();
+/*! The tiled dequantize-in-registers kernel (csrc/cuda/gemm.cu). */
+TweStatus gemm_tiled(const GemmArgs& args);
+/*! Writes an operand's staging into `dst` (csrc/cuda/gemm_staging.cu): swizzled scales, or the
+ *  decoded values x̂ (gemm_decoded_value) as bf16 / fp32 in the operand's stored layout. */
+TweStatus stage_operand(const TweGemmOperand& op, TweGemmScaling scaling, TweGemmStaging staging, int64_t rows,
+                        int64_t k, uint8_t* dst, void* stream);
+/*! scalars[0] = fl(S_dec_a · S_dec_b) (NVFP4 global decode scales), scalars[1] = 0, on the device. */
+TweStatus launch_nvfp4_alpha(const float* amax_a, const float* amax_b, float* scalars, void* stream);
+/*! out (m, n) = RNE(fl(acc (+ bias))) from an fp32 (m, n) accumulator (may alias an fp32 out). */
+TweStatus launch_gemm_epilogue(const GemmArgs& args, const float* acc);
 }  // namespace cuda
 #endif
 #undef TWE_GEMM_KERNELS

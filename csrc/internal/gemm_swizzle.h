@@ -57,6 +57,11 @@ struct SwizzleArgs {
 TWE_GEMM_SWIZZLE_KERNELS(cpu)
 #ifdef TWE_WITH_CUDA
 TWE_GEMM_SWIZZLE_KERNELS(cuda)
+namespace cuda {
+/*! Launches the swizzle kernel on raw pointers (the GEMM's scale staging). */
+TweStatus launch_swizzle(const uint8_t* in, uint8_t* out, int64_t rows, int64_t blocks, bool transposed, bool inverse,
+                         void* stream);
+}  // namespace cuda
 #endif
 #undef TWE_GEMM_SWIZZLE_KERNELS
 

@@ -20,14 +20,21 @@ PY
   -I"$root/csrc" "$work/quantize_emu.cc" "$root/csrc/cpu/quantize.cc" "$root/csrc/abi/quantize.cc" \
   "$root/csrc/common.cc" "$here/check_quantize.cc" -lpthread -o "$work/check_quantize"
 "$work/check_quantize"
-# The GEMM scale swizzle kernel (csrc/cuda/gemm_swizzle.cu) against its host function.
-python3 - "$root/csrc/cuda/gemm_swizzle.cu" "$work/gemm_swizzle_emu.cc" <<'PY'
+# The GEMM kernels that need no cuBLAS: the scale swizzle against its host function, and the
+# staging / epilogue kernels of the cuBLASLt path against values computed from the stored bytes.
+emulate() {  # emulate SRC.cu OUT.cc: the source with kernel launches rewritten for cuda_emu.h
+  python3 - "$1" "$2" <<'PY'
 import re, sys
 src = open(sys.argv[1]).read().replace("#include <cuda_runtime.h>", '#include "cuda_emu.h"')
 launch = re.compile(r"([A-Za-z_][\w:]*(?:<[^;{}]*?>)?)\s*<<<(.*?)>>>\(", re.S)
 open(sys.argv[2], "w").write(launch.sub(lambda m: f"::emu::launch({m.group(1)}, {m.group(2)})(", src))
 PY
-"${CXX:-g++}" -std=c++20 -O2 -ffp-contract=off -fno-fast-math -DTWE_WITH_CUDA=1 -I"$here" -I"$root/csrc/include" \
-  -I"$root/csrc" "$work/gemm_swizzle_emu.cc" "$root/csrc/cpu/gemm_swizzle.cc" "$root/csrc/common.cc" \
-  "$here/check_gemm_swizzle.cc" -lpthread -o "$work/check_gemm_swizzle"
-"$work/check_gemm_swizzle"
+}
+emulate "$root/csrc/cuda/gemm_swizzle.cu" "$work/gemm_swizzle_emu.cc"
+emulate "$root/csrc/cuda/gemm_staging.cu" "$work/gemm_staging_emu.cc"
+for check in check_gemm_swizzle check_gemm_staging; do
+  "${CXX:-g++}" -std=c++20 -O2 -ffp-contract=off -fno-fast-math -DTWE_WITH_CUDA=1 -I"$here" -I"$root/csrc/include" \
+    -I"$root/csrc" "$work/gemm_swizzle_emu.cc" "$work/gemm_staging_emu.cc" "$root/csrc/cpu/gemm_swizzle.cc" \
+    "$root/csrc/common.cc" "$here/$check.cc" -lpthread -o "$work/$check"
+  "$work/$check"
+done
