@@ -4,7 +4,6 @@ norm-then-quantize, compile, dynamic batch, opcheck, errors, gradients vs float6
 from __future__ import annotations
 
 import contextlib
-import os
 
 import numpy as np
 import pytest
@@ -90,32 +89,6 @@ def test_norm_fused_quantize_matches_norm_then_quantize(norm, q):
         assert_bytes_equal(from_torch(got), from_torch(want), f"{norm} fused forward output")
     assert qt.quantizer == q and qt.shape == FUSED_SHAPE and qt.dtype == dtype
     assert_quantized_equal(fields_as_numpy(qt), fields_as_numpy(expected), f"{norm} fused {case_id(q)}")
-
-
-def _blocked_rows(k: int) -> int:
-    """More rows than the CPU kernels' row block for MXFP8 fusion (internal/cpu.h
-    parallel_block_rows: hardware threads × 2^18 elements, rounded up to 128 rows), with a partial
-    last block, so the block-by-block path and its last-block padding are exercised."""
-    block = -(-(os.cpu_count() or 1) * (1 << 18) // k)
-    block = -(-block // 128) * 128
-    return 2 * block + 96
-
-
-@pytest.mark.parametrize("q", [te.MXFP8Quantizer("e4m3"), te.MXFP8Quantizer("e5m2", with_2d_quantization=True),
-                               te.MXFP8Quantizer("e4m3", rowwise=False), te.MXFP8Quantizer("e4m3", columnwise=False)],
-                         ids=case_id)
-@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
-def test_norm_fused_mxfp8_row_blocks_match_norm_then_quantize(norm, q):
-    k = 64
-    rows = _blocked_rows(k)
-    x, weight, bias, _ = (_torch(a) for a in make_case(norm, "bfloat16", k, rows, "mixed", shift=1))
-    x = x.reshape(2, rows // 2, k)
-    fused_fwd, qt, _ = run_norm(tn, norm, x, weight, bias, True, x, quantizer=q)
-    plain_fwd, _, _ = run_norm(tn, norm, x, weight, bias, True, x)
-    for got, want in zip(fused_fwd, plain_fwd, strict=True):
-        assert_bytes_equal(from_torch(got), from_torch(want), f"{norm} blocked fused forward output")
-    assert_quantized_equal(fields_as_numpy(qt), fields_as_numpy(tep.quantize(plain_fwd[0], q)),
-                           f"{norm} blocked fused {case_id(q)}")
 
 
 # One compiled function per norm: forward (optionally quantized) and backward.
