@@ -1,6 +1,5 @@
 // C ABI of the norm family: argument checks, dispatch to the CPU or CUDA kernels, then the fused
 // quantization of y through the quantize family's own entry points (same bytes by construction).
-#include <cmath>
 #include <string>
 
 #include "internal/norm.h"
