@@ -51,7 +51,11 @@ def main() -> None:
     p.add_argument("--ffn", type=int, default=2048)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--recipes", default=",".join(RECIPES))
+    p.add_argument("--torch-threads", type=int, default=1,
+                   help="torch intra-op threads (default 1: inductor's spinning OpenMP workers and twinengine's own "
+                        "kernel threads otherwise contend for the same cores and every ratio swings 10x)")
     args = p.parse_args()
+    torch.set_num_threads(args.torch_threads)
     torch.manual_seed(0)
     module = tep.LayerNormMLP(args.hidden, args.ffn, activation="swiglu", amax_history_len=16)
     unfused = ops.Sequential(ops.LayerNorm(args.hidden), ops.Linear(args.hidden, 2 * args.ffn, amax_history_len=16),
