@@ -41,9 +41,13 @@ std::string shape_string(const TweTensorView& v) {
   return out.str();
 }
 
-TweStatus check_view(const TweTensorView* v, const char* name, TweDType dtype, int64_t expect_rows,
-                     int64_t expect_cols, TweDevice device) {
-  if (!present(v)) return fail(kTweInvalidArgument, std::string(name) + " is missing");
+namespace {
+
+TweStatus check_view_impl(const TweTensorView* v, const char* name, TweDType dtype, int64_t expect_rows,
+                          int64_t expect_cols, TweDevice device, bool allow_empty) {
+  const bool empty_ok = allow_empty && v != nullptr && v->data == nullptr && v->ndim >= 0 &&
+                        v->ndim <= TWE_MAX_DIMS && numel(*v) == 0;
+  if (!present(v) && !empty_ok) return fail(kTweInvalidArgument, std::string(name) + " is missing");
   if (v->ndim < 0 || v->ndim > TWE_MAX_DIMS) return fail(kTweInvalidArgument, std::string(name) + " has a bad rank");
   if (v->dtype != dtype) {
     return fail(kTweInvalidArgument, std::string(name) + " must have dtype " + dtype_name(dtype) + ", got " +
@@ -60,6 +64,18 @@ TweStatus check_view(const TweTensorView* v, const char* name, TweDType dtype, i
     return fail(kTweInvalidArgument, out.str());
   }
   return kTweSuccess;
+}
+
+}  // namespace
+
+TweStatus check_view(const TweTensorView* v, const char* name, TweDType dtype, int64_t expect_rows,
+                     int64_t expect_cols, TweDevice device) {
+  return check_view_impl(v, name, dtype, expect_rows, expect_cols, device, false);
+}
+
+TweStatus check_view_allow_empty(const TweTensorView* v, const char* name, TweDType dtype, int64_t expect_rows,
+                                 int64_t expect_cols, TweDevice device) {
+  return check_view_impl(v, name, dtype, expect_rows, expect_cols, device, true);
 }
 
 }  // namespace twe

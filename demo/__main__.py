@@ -1,10 +1,12 @@
-"""python -m demo: train a small MLP language model on the Zen of Python in PyTorch
-(torch.compile) and JAX (jax.jit) side by side, through twinengine's low-precision kernels.
+"""python -m demo: train a small character language model on the Python standard library's own
+source text in PyTorch (torch.compile) and JAX (jax.jit) side by side, through twinengine's
+low-precision kernels: a Linear over the context embeddings, residual RMSNorm -> LayerNormMLP
+(SwiGLU) blocks, and a head that is a Sequential of basic ops (RMSNorm -> Linear).
 
-Both frameworks start from the same NumPy parameters and see the same batches; every Linear
-(forward, dgrad, wgrad, bias grad) runs the same twinengine kernels, so the losses agree up
-to the few ops each framework does its own way (embedding gather/scatter, ReLU, softmax
-cross-entropy, Adam). Prints per-step losses, their largest difference and the time per
+Both frameworks start from the same NumPy parameters and see the same batches; every norm,
+activation and Linear (forward and backward) runs the same twinengine kernels, so the losses
+agree up to the few ops each framework does its own way (embedding gather/scatter, the
+residual add's gradient accumulation, softmax cross-entropy, Adam). Prints per-step losses, their largest difference and the time per
 step, and writes a loss-curve PNG and a per-step CSV.
 """
 
@@ -47,6 +49,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--context", type=int, default=8, help="characters of context")
     p.add_argument("--embed", type=int, default=16)
     p.add_argument("--hidden", type=int, default=256, help="a multiple of 128 for fp8-block")
+    p.add_argument("--ffn", type=int, default=256, help="SwiGLU width of each block (a multiple of 128 for fp8-block)")
+    p.add_argument("--blocks", type=int, default=2, help="residual RMSNorm -> LayerNormMLP blocks")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=25, help="print both losses every N steps (1: every step)")
@@ -84,10 +88,11 @@ def main() -> None:
     args = parse_args()
     recipe = RECIPES[args.recipe]()
     data = CharData(corpus(), args.context)
-    params = init_params(data.vocab, args.embed, args.context, args.hidden, args.seed)
+    params = init_params(data.vocab, args.embed, args.context, args.hidden, args.ffn, args.blocks, args.seed)
     print(f"twinengine demo: recipe {args.recipe} ({type(recipe).__name__ if recipe else 'none'}), "
-          f"{len(data.ids)} characters, vocabulary {data.vocab}, MLP {args.context}x{args.embed} -> {args.hidden} -> "
-          f"{args.hidden} -> {data.vocab}, batch {args.batch}, {args.steps} steps")
+          f"{len(data.ids)} characters of standard-library source, vocabulary {data.vocab}, model "
+          f"{args.context}x{args.embed} -> Linear {args.hidden} -> {args.blocks} x [RMSNorm -> LayerNormMLP(SwiGLU, "
+          f"{args.ffn})] -> RMSNorm -> Linear {data.vocab}, batch {args.batch}, {args.steps} steps")
 
     import torch
 
@@ -96,8 +101,8 @@ def main() -> None:
 
     torch.set_num_threads(args.torch_threads)
     history = 16
-    torch_trainer = TorchTrainer(params, recipe, history, args.lr, backend=args.torch_backend)
-    jax_trainer = JaxTrainer(params, recipe, history, args.lr)
+    torch_trainer = TorchTrainer(params, args.blocks, recipe, history, args.lr, backend=args.torch_backend)
+    jax_trainer = JaxTrainer(params, args.blocks, recipe, history, args.lr)
     torch_losses, jax_losses, torch_times, jax_times = [], [], [], []
     bar = tqdm(data.batches(args.batch, args.steps, args.seed + 1), total=args.steps, unit="step",
                desc="training (1st step compiles)")
@@ -126,7 +131,7 @@ def main() -> None:
         writer.writerow(["step", "torch_loss", "jax_loss", "abs_diff", "torch_seconds", "jax_seconds"])
         for i, row in enumerate(zip(torch_losses, jax_losses, diffs, torch_times, jax_times), start=1):
             writer.writerow([i, *row])
-    plot(png, torch_losses, jax_losses, f"twinengine MLP LM, recipe {args.recipe}: PyTorch vs JAX")
+    plot(png, torch_losses, jax_losses, f"twinengine char LM (LayerNormMLP blocks), recipe {args.recipe}: PyTorch vs JAX")
 
     def per_step(times):
         return statistics.median(times[1:]) * 1e3 if len(times) > 1 else times[0] * 1e3
@@ -138,9 +143,10 @@ def main() -> None:
     print(f"time per step (median after the first): torch {per_step(torch_times):.1f} ms, "
           f"jax {per_step(jax_times):.1f} ms; first step (compile) torch {torch_times[0]:.1f} s, "
           f"jax {jax_times[0]:.1f} s")
-    print("note: every Linear GEMM and quantization runs the same twinengine kernel in both frameworks; the two runs "
-          "differ only through the ops each framework computes its own way (softmax cross-entropy, embedding "
-          "gradient, Adam), whose last-bit differences a low-precision recipe can amplify over steps")
+    print("note: every norm, activation, Linear GEMM and quantization runs the same twinengine kernel in both "
+          "frameworks; the two runs differ only through the ops each framework computes its own way (softmax "
+          "cross-entropy, embedding gradient, residual gradient sums, Adam), whose last-bit differences a "
+          "low-precision recipe can amplify over steps")
     print(f"wrote {png} and {csv_path}")
 
 

@@ -1,5 +1,6 @@
-"""The MLP language model in PyTorch: twinengine.pytorch.Linear layers under autocast, the
-forward + loss compiled with torch.compile(fullgraph=True), Adam written out (as in jax_lm)."""
+"""The language model in PyTorch: tep.Linear, residual tep.LayerNormMLP(RMSNorm, SwiGLU) blocks and
+a Sequential of basic ops (RMSNorm -> Linear) as the head, under autocast; forward + loss compiled
+with torch.compile(fullgraph=True); Adam written out (as in jax_lm)."""
 
 from __future__ import annotations
 
@@ -8,40 +9,59 @@ import torch
 import torch.nn.functional as F
 
 import twinengine.pytorch as te
+from twinengine.pytorch import ops
 from twinengine.recipe import Recipe
+
+from .init import SEEDS, block_seed
+
+
+def _load(param: torch.nn.Parameter, value: np.ndarray) -> None:
+    with torch.no_grad():
+        param.copy_(torch.from_numpy(value))
 
 
 class TorchLM(torch.nn.Module):
-    """embedding -> concat context -> Linear -> ReLU -> Linear -> ReLU -> Linear (logits)."""
+    """embedding -> concat context -> Linear -> [h + LayerNormMLP(h)] x blocks -> RMSNorm -> Linear."""
 
-    def __init__(self, params: dict[str, np.ndarray], recipe: Recipe | None, amax_history_len: int) -> None:
+    def __init__(self, params: dict[str, np.ndarray], blocks: int, recipe: Recipe | None,
+                 amax_history_len: int) -> None:
         super().__init__()
         self.recipe = recipe
         self.embedding = torch.nn.Parameter(torch.from_numpy(params["embedding"].copy()))
-        layers = {}
-        for name in ("fc1", "fc2", "head"):
-            out_features, in_features = params[f"{name}.weight"].shape
-            layer = te.Linear(in_features, out_features, amax_history_len=amax_history_len)
-            with torch.no_grad():
-                layer.weight.copy_(torch.from_numpy(params[f"{name}.weight"]))
-                layer.bias.copy_(torch.from_numpy(params[f"{name}.bias"]))
-            layers[name] = layer
-        self.layers = torch.nn.ModuleDict(layers)
+        hidden, fan_in = params["proj.weight"].shape
+        self.proj = te.Linear(fan_in, hidden, amax_history_len=amax_history_len, rng_seed=SEEDS["proj"])
+        _load(self.proj.weight, params["proj.weight"])
+        _load(self.proj.bias, params["proj.bias"])
+        self.blocks = torch.nn.ModuleList()
+        for b in range(blocks):
+            ffn = params[f"block{b}.fc2_weight"].shape[1]
+            block = te.LayerNormMLP(hidden, ffn, normalization="RMSNorm", activation="swiglu",
+                                    amax_history_len=amax_history_len, rng_seed=block_seed(b))
+            for name, p in block.named_parameters():
+                _load(p, params[f"block{b}.{name}"])
+            self.blocks.append(block)
+        vocab = params["head.weight"].shape[0]
+        self.head = ops.Sequential(ops.RMSNorm(hidden), ops.Linear(hidden, vocab, amax_history_len=amax_history_len,
+                                                                   rng_seed=SEEDS["head"]))
+        _load(self.head.basic_ops[0].weight, params["head.norm_weight"])
+        _load(self.head.basic_ops[1].weight, params["head.weight"])
+        _load(self.head.basic_ops[2].bias, params["head.bias"])
 
     def forward(self, contexts: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         with te.autocast(enabled=self.recipe is not None, recipe=self.recipe):
-            h = self.embedding[contexts].reshape(contexts.shape[0], -1)
-            h = F.relu(self.layers["fc1"](h))
-            h = F.relu(self.layers["fc2"](h))
-            logits = self.layers["head"](h)
+            h = self.proj(self.embedding[contexts].reshape(contexts.shape[0], -1))
+            for block in self.blocks:
+                h = h + block(h)
+            logits = self.head(h)
         return F.cross_entropy(logits, targets)
 
 
 class TorchTrainer:
     """One compiled forward per step, eager backward, Adam."""
 
-    def __init__(self, params, recipe, amax_history_len: int, lr: float, backend: str = "inductor") -> None:
-        self.model = TorchLM(params, recipe, amax_history_len)
+    def __init__(self, params, blocks: int, recipe, amax_history_len: int, lr: float,
+                 backend: str = "inductor") -> None:
+        self.model = TorchLM(params, blocks, recipe, amax_history_len)
         self.loss_fn = torch.compile(self.model, fullgraph=True, backend=backend)
         self.lr = lr
         self.moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in self.model.parameters()]

@@ -2,7 +2,9 @@
 
 from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTensor pytree)
 from ._library import export_disabled_checks
+from . import ops
 from .autocast import autocast
+from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
 from ._ops.gemm import gemm
 from ._ops.permute import (
@@ -15,6 +17,13 @@ from ._ops.permute import (
 from ._ops.quantize import dequantize, fake_quantize, quantize, record_amax, update_delayed_scaling
 
 __all__ = [
+    "layernorm",
+    "layernorm_dense",
+    "layernorm_mlp",
+    "ops",
+    "params_from_torch",
+    "params_to_torch",
+    "rmsnorm",
     "autocast",
     "delayed_scaling_state",
     "dense",

@@ -84,3 +84,6 @@ class Dense(nn.Module):
                 state.value = state_after_forward  # what the torch Linear's buffers hold after its forward
             return y
         return dense(x, kernel, bias, recipe=recipe, rng=rng)
+
+
+from .flax_blocks import LayerNorm, LayerNormDenseGeneral, LayerNormMLP  # noqa: E402,F401  (block modules)

@@ -6,7 +6,9 @@ functions; quantizers are opaque value types baked into FX graphs.
 
 from . import _library  # noqa: F401  (registers opaque quantizer types and the QuantizedTensor pytree)
 from .autocast import autocast
+from . import ops
 from .modules.linear import Linear
+from .modules.normalization import LayerNorm, LayerNormLinear, LayerNormMLP, RMSNorm
 from ._ops.gemm import gemm
 from ._ops.linear import linear
 from ._ops.permute import (
@@ -19,7 +21,12 @@ from ._ops.permute import (
 from ._ops.quantize import dequantize, fake_quantize, quantize, record_amax, update_delayed_scaling
 
 __all__ = [
+    "LayerNorm",
+    "LayerNormLinear",
+    "LayerNormMLP",
     "Linear",
+    "RMSNorm",
+    "ops",
     "autocast",
     "dequantize",
     "fake_quantize",

@@ -203,6 +203,11 @@ _QUANTIZE_KERNELS: dict[str, tuple[str, tuple[str, ...], Any]] = {
 }
 
 
+SCALING_MODE_CODES = {"fp8_current": 0, "fp8_delayed": 1, "mxfp8": 2, "fp8_block": 3, "nvfp4": 4}
+"""Quantizer scaling_mode -> TweScalingMode (csrc/include/twinengine/quantize.h): how a fused
+kernel (activation + quantize, ...) names the quantize kernel it runs on its output."""
+
+
 def _infer_quantize(x: ArrayMeta, quantizer: Quantizer, scale: ArrayMeta | None = None,
                     rng: ArrayMeta | None = None) -> KernelCall:
     op, inputs, outputs = _QUANTIZE_KERNELS[quantizer.scaling_mode]

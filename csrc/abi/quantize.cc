@@ -294,6 +294,21 @@ TweStatus twe_dequantize_nvfp4(const TweTensorView* data, const TweTensorView* s
   return st ? st : succeed();
 }
 
+TweStatus twe_quantize(const TweTensorView* input, const TweTensorView* scale, const TweTensorView* rng,
+                       TweQuantizedTensor* output, const TweQuantizeParams* params, TweScalingMode mode, void* stream) {
+  const bool has_scale = present(scale), has_rng = present(rng);
+  if (has_scale && mode != kTweScalingFP8Delayed) return fail(kTweInvalidArgument, "scale is only used by delayed scaling");
+  if (has_rng && mode != kTweScalingNVFP4) return fail(kTweInvalidArgument, "rng is only used by NVFP4");
+  switch (mode) {
+    case kTweScalingFP8Current: return twe_quantize_fp8_current(input, output, params, stream);
+    case kTweScalingFP8Delayed: return twe_quantize_fp8_delayed(input, scale, output, params, stream);
+    case kTweScalingMXFP8: return twe_quantize_mxfp8(input, output, params, stream);
+    case kTweScalingFP8Block: return twe_quantize_fp8_block(input, output, params, stream);
+    case kTweScalingNVFP4: return twe_quantize_nvfp4(input, rng, output, params, stream);
+  }
+  return fail(kTweInvalidArgument, "unknown scaling mode");
+}
+
 TweStatus twe_quantize_update_delayed_scaling(const TweTensorView* amax_history, const TweTensorView* scale,
                                               TweTensorView* new_amax_history, TweTensorView* new_scale,
                                               const TweDelayedScalingParams* params, void* stream) {

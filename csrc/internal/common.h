@@ -47,6 +47,11 @@ std::string shape_string(const TweTensorView& v);
 TweStatus check_view(const TweTensorView* v, const char* name, TweDType dtype, int64_t expect_rows,
                      int64_t expect_cols, TweDevice device);
 
+/*! check_view, except that a view of zero elements may have data == NULL (frameworks give empty
+ *  tensors no storage). */
+TweStatus check_view_allow_empty(const TweTensorView* v, const char* name, TweDType dtype, int64_t expect_rows,
+                                 int64_t expect_cols, TweDevice device);
+
 /*! Bytes of one element of dtype d. */
 inline int64_t element_size(TweDType d) {
   switch (d) {

@@ -1,11 +1,9 @@
 // Adapters of the quantize family: generic call -> C ABI. Input and output order and attribute
 // names follow core/ops/quantize.py (the one description both frontends use).
-#include "ops/registry.h"
-#include "twinengine/quantize.h"
+#include "ops/quantize.h"
 
 namespace twe {
 namespace ops {
-namespace {
 
 TweQuantizeParams quantize_params(const Attrs& attrs) {
   TweQuantizeParams p{};
@@ -18,13 +16,16 @@ TweQuantizeParams quantize_params(const Attrs& attrs) {
   return p;
 }
 
-/*! Which amax outputs an op writes (after its data and scales). */
-enum class AmaxOutputs { kNone, kTensor, kPerCopy };
-
 /*! Outputs in core order: [rowwise_data, rowwise_scale_inv] if rowwise,
  *  [columnwise_data, columnwise_scale_inv] if columnwise, then [amax] for kTensor, or
  *  [amax] if rowwise and [columnwise_amax] if columnwise for kPerCopy. */
 TweQuantizedTensor quantized_outputs(OpCall& call, AmaxOutputs amax) {
+  TweQuantizedTensor out = take_quantized_outputs(call, amax);
+  call.expect_all_outputs_taken();
+  return out;
+}
+
+TweQuantizedTensor take_quantized_outputs(OpCall& call, AmaxOutputs amax) {
   TweQuantizedTensor out{};
   const bool rowwise = call.attrs->get_int("rowwise") != 0;
   const bool columnwise = call.attrs->get_int("columnwise") != 0;
@@ -39,9 +40,18 @@ TweQuantizedTensor quantized_outputs(OpCall& call, AmaxOutputs amax) {
   if (amax == AmaxOutputs::kTensor) out.amax = call.take_output();
   if (amax == AmaxOutputs::kPerCopy && rowwise) out.amax = call.take_output();
   if (amax == AmaxOutputs::kPerCopy && columnwise) out.columnwise_amax = call.take_output();
-  call.expect_all_outputs_taken();
   return out;
 }
+
+TweQuantizedTensor quantized_outputs(OpCall& call, TweScalingMode mode) {
+  switch (mode) {
+    case kTweScalingFP8Current: case kTweScalingFP8Delayed: return quantized_outputs(call, AmaxOutputs::kTensor);
+    case kTweScalingNVFP4: return quantized_outputs(call, AmaxOutputs::kPerCopy);
+    default: return quantized_outputs(call, AmaxOutputs::kNone);
+  }
+}
+
+namespace {
 
 // inputs: x | outputs: quantized (+ amax)
 TweStatus quantize_fp8_current(OpCall& call) {

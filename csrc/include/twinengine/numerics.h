@@ -520,6 +520,355 @@ TWE_HOST_DEVICE float canonical_sum(int64_t n, Load load) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Normalization (NUMERICS.md §11): one fp32 rounding per operation, no contraction
+// ---------------------------------------------------------------------------------------
+
+/*! Correctly rounded fp32 square root (IEEE; never an approximation). */
+TWE_HOST_DEVICE float sqrt_rn(float v) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(v);
+#else
+  return std::sqrt(v);
+#endif
+}
+
+/*! Correctly rounded fp32 reciprocal fl(1 / v). */
+TWE_HOST_DEVICE float reciprocal_rn(float v) {
+#if defined(__CUDA_ARCH__)
+  return __frcp_rn(v);
+#else
+  return 1.0f / v;
+#endif
+}
+
+/*! fl(v · v). */
+TWE_HOST_DEVICE float square(float v) { return v * v; }
+
+/*! A per-row mean of the norms: fl(sum / K), K converted to fp32 (exact for K < 2^24). */
+TWE_HOST_DEVICE float norm_mean(float sum, int64_t k) { return sum / static_cast<float>(k); }
+
+/*! rstd = fl(1 / fl(sqrt(fl(var + ε)))) with ε already an fp32 value (LayerNorm, RMSNorm, and
+ *  L2Normalization with var the plain sum of squares). */
+TWE_HOST_DEVICE float norm_rstd(float var, float eps) {
+  const float shifted = var + eps;
+  return reciprocal_rn(sqrt_rn(shifted));
+}
+
+/*! The gain applied to x̂: g' = γ, or fl(1 + γ) with zero-centered gamma. */
+TWE_HOST_DEVICE float norm_gain(float gamma, bool zero_centered_gamma) {
+  return zero_centered_gamma ? 1.0f + gamma : gamma;
+}
+
+/*! LayerNorm x̂ = fl(fl(x − μ) · rstd). */
+TWE_HOST_DEVICE float layernorm_xhat(float x, float mu, float rstd) {
+  const float d = x - mu;
+  return d * rstd;
+}
+
+/*! LayerNorm y = fl(fl(x̂ · g') + β) (before rounding to the output dtype). */
+TWE_HOST_DEVICE float layernorm_output(float xhat, float gain, float beta) {
+  const float scaled = xhat * gain;
+  return scaled + beta;
+}
+
+/*! RMSNorm y = fl(fl(x · rstd) · g') (before rounding to the output dtype). */
+TWE_HOST_DEVICE float rmsnorm_output(float x, float rstd, float gain) {
+  const float xhat = x * rstd;
+  return xhat * gain;
+}
+
+/*! LayerNorm dx = fl(rstd · fl(fl(ĝ − a) − fl(x̂ · b))). */
+TWE_HOST_DEVICE float layernorm_dx(float rstd, float ghat, float a, float xhat, float b) {
+  const float centered = ghat - a;
+  const float projection = xhat * b;
+  const float diff = centered - projection;
+  return rstd * diff;
+}
+
+/*! RMSNorm dx = fl(rstd · fl(ĝ − fl(x̂ · b))). */
+TWE_HOST_DEVICE float rmsnorm_dx(float rstd, float ghat, float xhat, float b) {
+  const float projection = xhat * b;
+  const float diff = ghat - projection;
+  return rstd * diff;
+}
+
+/*! L2Normalization dx = fl(rstd · fl(dy − fl(y · s))) with s = Σc fl(dy · y). */
+TWE_HOST_DEVICE float l2norm_dx(float rstd, float dy, float y, float s) {
+  const float projection = y * s;
+  const float diff = dy - projection;
+  return rstd * diff;
+}
+
+// ---------------------------------------------------------------------------------------
+// Portable transcendentals (NUMERICS.md §11): the same fp32 code on CPU and CUDA, never
+// libm, __expf or fast-math. Error bounds, measured exhaustively over every fp32 input
+// against the correctly rounded result, are in docs/numerics_transcendentals.md.
+// ---------------------------------------------------------------------------------------
+
+/*! e^x in fp32 (fdlibm's e_expf algorithm, without FMA): x = k·ln2 + r with |r| <= ~0.35
+ *  (ln2 split into an exact 15-bit head and a tail, so k·ln2_hi is exact), a rational
+ *  approximation of e^r, then an exact scaling by 2^k (two steps below 2^-125, so a subnormal
+ *  result is rounded once). NaN -> NaN, x > 88.7228394 -> +inf, x < -103.972084 -> +0. */
+TWE_HOST_DEVICE float exp_f32(float x) {
+  const float ln2_hi = bits_to_float(0x3F317200u);   // 6.9314575195e-01
+  const float ln2_lo = bits_to_float(0x35BFBE8Eu);   // 1.4286067653e-06
+  const float inv_ln2 = bits_to_float(0x3FB8AA3Bu);  // 1.4426950216e+00
+  const float p1 = bits_to_float(0x3E2AAA8Fu);       // 1.6666625440e-01
+  const float p2 = bits_to_float(0xBB355215u);       // -2.7667332906e-03
+  if (is_nan(x)) return x + x;
+  if (x > bits_to_float(0x42B17217u)) return bits_to_float(0x7F800000u);  // e^x > FLT_MAX
+  if (x < bits_to_float(0xC2CFF1B5u)) return 0.0f;                        // e^x < 2^-150
+  // k = round(x / ln2), ties away from zero (the float -> int conversion truncates).
+  const float shifted = inv_ln2 * x;
+  const int k = static_cast<int>(x < 0.0f ? shifted - 0.5f : shifted + 0.5f);
+  const float kf = static_cast<float>(k);
+  const float kh = kf * ln2_hi;  // exact: k has <= 8 bits, ln2_hi 15
+  const float hi = x - kh;
+  const float lo = kf * ln2_lo;
+  const float r = hi - lo;
+  const float t = r * r;
+  const float pt = p2 * t;
+  const float poly = p1 + pt;
+  const float tp = t * poly;
+  const float c = r - tp;
+  const float rc = r * c;
+  const float q = rc / (2.0f - c);
+  const float inner = lo - q;
+  const float y = 1.0f - (inner - hi);  // e^r in [0.7, 1.42]
+  if (k >= -125) {
+    if (k == 128) return y * 2.0f * bits_to_float(0x7F000000u);  // 2 · 2^127
+    return y * bits_to_float(static_cast<uint32_t>(127 + k) << 23);
+  }
+  // 2^(k+100) (normal, exact product) then 2^-100: one rounding into the subnormals.
+  const float scaled = y * bits_to_float(static_cast<uint32_t>(227 + k) << 23);
+  return scaled * bits_to_float(0x0D800000u);  // 2^-100
+}
+
+/*! tanh(x) in fp32. |x| < 0.625: x + x³·P(x²) with a degree-5 polynomial P (fp32 Horner);
+ *  otherwise sign(x)·(1 − 2/(e^{2|x|} + 1)) with exp_f32 (e^{2|x|} = +inf gives exactly 1).
+ *  Odd: tanh(−x) = −tanh(x), tanh(±0) = ±0; NaN -> NaN; ±inf -> ±1. */
+TWE_HOST_DEVICE float tanh_f32(float x) {
+  const float a = abs_value(x);
+  if (a < 0.625f) {
+    const float s = x * x;
+    float p = bits_to_float(0x3B0CBDBDu);            //  2.1475397e-03
+    p = p * s; p = p + bits_to_float(0xBC0610A3u);   // -8.1826774e-03
+    p = p * s; p = p + bits_to_float(0x3CB1CA6Du);   //  2.1702969e-02
+    p = p * s; p = p + bits_to_float(0xBD5CF7BEu);   // -5.3947203e-02
+    p = p * s; p = p + bits_to_float(0x3E088836u);   //  1.3333210e-01
+    p = p * s; p = p + bits_to_float(0xBEAAAAAAu);   // -3.3333331e-01
+    const float x3 = s * x;
+    const float tail = x3 * p;
+    return x + tail;
+  }
+  const float e = exp_f32(a + a);  // NaN stays NaN
+  const float d = e + 1.0f;
+  const float q = 2.0f / d;
+  const float t = 1.0f - q;
+  return (float_to_bits(x) >> 31) ? -t : t;
+}
+
+/*! σ(z) = 1 / (1 + exp(−z)), each step one fp32 rounding. */
+TWE_HOST_DEVICE float sigmoid_f32(float z) {
+  const float e = exp_f32(-z);
+  const float d = 1.0f + e;
+  return 1.0f / d;
+}
+
+// ---------------------------------------------------------------------------------------
+// Activations and their derivatives (NUMERICS.md §11), fp32, one rounding per written step.
+// ---------------------------------------------------------------------------------------
+
+/*! Activation kinds; the numbering matches core/ops/activation.py ACTIVATION_KINDS. The gated
+ *  kinds apply the base activation to the first half of the last dimension. */
+enum class Activation {
+  kGelu = 0, kGeglu = 1, kQGelu = 2, kQGeglu = 3, kRelu = 4, kReglu = 5,
+  kSRelu = 6, kSReglu = 7, kSilu = 8, kSwiglu = 9, kClampedSwiglu = 10,
+};
+
+TWE_HOST_DEVICE bool activation_is_gated(Activation kind) {
+  return kind == Activation::kGeglu || kind == Activation::kQGeglu || kind == Activation::kReglu ||
+         kind == Activation::kSReglu || kind == Activation::kSwiglu || kind == Activation::kClampedSwiglu;
+}
+
+/*! GELU's tanh argument u = fl(fl(0.7978845608·x) · fl(1 + fl(0.044715 · fl(x·x)))). */
+TWE_HOST_DEVICE float gelu_tanh_argument(float x) {
+  const float x2 = x * x;
+  const float cubic = 0.044715f * x2;
+  const float inner = 1.0f + cubic;
+  const float kx = 0.7978845608f * x;
+  return kx * inner;
+}
+
+/*! ReLU: x for x > 0, +0 otherwise (−0 included); NaN propagates. */
+TWE_HOST_DEVICE float relu_f32(float x) { return (x > 0.0f || is_nan(x)) ? x : 0.0f; }
+
+/*! Value and derivative of a base (non-gated) activation at x, fp32. `alpha` is the sigmoid
+ *  slope of the x·σ(alpha·x) family (1 for SiLU, 1.702 for QGELU, ClampedSwiGLU's alpha). */
+struct ActivationValue {
+  float value;
+  float derivative;
+};
+
+/*! x·σ(alpha·x) and its derivative s + fl(fl(z·s)·fl(1 − s)) (z = fl(alpha·x), s = σ(z)). */
+TWE_HOST_DEVICE ActivationValue sigmoid_linear(float x, float alpha) {
+  const float z = alpha * x;
+  const float s = sigmoid_f32(z);
+  const float zs = z * s;
+  const float one_minus = 1.0f - s;
+  const float slope = zs * one_minus;
+  return ActivationValue{x * s, slope + s};
+}
+
+/*! GELU (tanh form) value fl(fl(0.5·x)·fl(1 + t)) and derivative
+ *  fl(fl(fl(0.5·x)·fl(fl(1 − fl(t·t))·fl(0.7978845608 + fl(0.1070322243·fl(x·x))))) + fl(0.5·fl(1 + t))). */
+TWE_HOST_DEVICE ActivationValue gelu_f32(float x) {
+  const float t = tanh_f32(gelu_tanh_argument(x));
+  const float half_x = 0.5f * x;
+  const float one_plus = 1.0f + t;
+  const float value = half_x * one_plus;
+  const float t2 = t * t;
+  const float sech2 = 1.0f - t2;
+  const float x2 = x * x;
+  const float du = 0.1070322243f * x2;
+  const float dinner = 0.7978845608f + du;
+  const float prod = sech2 * dinner;
+  const float left = half_x * prod;
+  const float right = 0.5f * one_plus;
+  return ActivationValue{value, left + right};
+}
+
+/*! Value of base activation `kind` (gated kinds: of their activated half) at x. For ReLU-type
+ *  kinds the derivative is only meaningful for x > 0 (the kinks are handled by the callers). */
+TWE_HOST_DEVICE ActivationValue base_activation(Activation kind, float x, float alpha) {
+  switch (kind) {
+    case Activation::kGelu: case Activation::kGeglu: return gelu_f32(x);
+    case Activation::kQGelu: case Activation::kQGeglu: return sigmoid_linear(x, 1.702f);
+    case Activation::kSilu: case Activation::kSwiglu: return sigmoid_linear(x, 1.0f);
+    case Activation::kClampedSwiglu: return sigmoid_linear(x, alpha);
+    case Activation::kRelu: case Activation::kReglu: return ActivationValue{relu_f32(x), 1.0f};
+    default: {  // SReLU / SReGLU: fl(r·r), derivative fl(2·r)
+      const float r = relu_f32(x);
+      return ActivationValue{r * r, 2.0f * r};
+    }
+  }
+}
+
+/*! Whether kind's derivative is a select at x <= 0 (ReLU, SReLU and their gated forms). */
+TWE_HOST_DEVICE bool activation_has_relu_kink(Activation kind) {
+  return kind == Activation::kRelu || kind == Activation::kReglu || kind == Activation::kSRelu ||
+         kind == Activation::kSReglu;
+}
+
+/*! Non-gated forward: act(x). */
+TWE_HOST_DEVICE float activation_forward(Activation kind, float x) { return base_activation(kind, x, 1.0f).value; }
+
+/*! Non-gated backward: dx = fl(act'(x)·dy); ReLU / SReLU give +0 for x <= 0 (a select, as
+ *  PyTorch's threshold_backward: even for dy = ±inf or NaN) and NaN for NaN x. */
+TWE_HOST_DEVICE float activation_backward(Activation kind, float x, float dy) {
+  const ActivationValue v = base_activation(kind, x, 1.0f);
+  if (activation_has_relu_kink(kind) && !(x > 0.0f)) return is_nan(x) ? x : 0.0f;
+  return v.derivative * dy;
+}
+
+/*! ClampedSwiGLU's clamps: a' = min(a, limit), b' = clamp(b, −limit, limit), NaN propagating. */
+TWE_HOST_DEVICE float clamp_max(float v, float hi) { return v > hi ? hi : v; }
+TWE_HOST_DEVICE float clamp_both(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+/*! Gated forward: fl(act(a)·b); ClampedSwiGLU fl(fl(a'·σ(fl(alpha·a')))·fl(b' + 1)). */
+TWE_HOST_DEVICE float gated_forward(Activation kind, float a, float b, float limit, float alpha) {
+  if (kind == Activation::kClampedSwiglu) {
+    const float ac = clamp_max(a, limit);
+    const float bc = clamp_both(b, -limit, limit);
+    const float act = sigmoid_linear(ac, alpha).value;
+    const float gate = bc + 1.0f;
+    return act * gate;
+  }
+  const float act = base_activation(kind, a, alpha).value;
+  return act * b;
+}
+
+/*! Gradients of a gated activation: da = fl(fl(act'(a)·dy)·g), db = fl(dy·act(a)), with g = b
+ *  (ClampedSwiGLU: g = fl(b' + 1)). Kinks as PyTorch: ReLU types give da = +0 for a <= 0; the
+ *  clamps pass the gradient at their bounds (inclusive) and give +0 outside. A NaN a (b) gives
+ *  a NaN da (db). */
+struct GatedGrad {
+  float da;
+  float db;
+};
+
+TWE_HOST_DEVICE GatedGrad gated_backward(Activation kind, float a, float b, float dy, float limit, float alpha) {
+  if (kind == Activation::kClampedSwiglu) {
+    const float ac = clamp_max(a, limit);
+    const float bc = clamp_both(b, -limit, limit);
+    const ActivationValue v = sigmoid_linear(ac, alpha);
+    const float gate = bc + 1.0f;
+    const float scaled = v.derivative * dy;
+    const float da = a > limit ? 0.0f : scaled * gate;
+    const float dact = dy * v.value;
+    const float db = is_nan(b) ? b : ((b < -limit || b > limit) ? 0.0f : dact);
+    return GatedGrad{da, db};
+  }
+  const ActivationValue v = base_activation(kind, a, alpha);
+  const float scaled = v.derivative * dy;
+  float da = scaled * b;
+  if (activation_has_relu_kink(kind) && !(a > 0.0f)) da = is_nan(a) ? a : 0.0f;
+  const float db = dy * v.value;
+  return GatedGrad{da, db};
+}
+
+// ---------------------------------------------------------------------------------------
+// Dropout (NUMERICS.md §11)
+// ---------------------------------------------------------------------------------------
+
+/*! Fourth counter word of dropout's Philox draws ("DROP"). */
+constexpr uint32_t kDropoutCounterTag = 0x44524F50u;
+
+/*! Keep threshold floor(p·2^32) of an fp32 p in [0, 1): p·2^32 is exact in fp32. */
+TWE_HOST_DEVICE uint64_t dropout_threshold(float p) { return static_cast<uint64_t>(p * 4294967296.0f); }
+
+/*! Kept-value multiplier fl(1 / fl(1 − p)). */
+TWE_HOST_DEVICE float dropout_scale(float p) {
+  const float keep = 1.0f - p;
+  return 1.0f / keep;
+}
+
+/*! The four random words of dropout elements 4j .. 4j+3: Philox4x32-10 of counter
+ *  (j mod 2^32, floor(j/2^32), offset, 0x44524F50) under key (seed, 0). */
+TWE_HOST_DEVICE Philox4x32 dropout_random_block(uint64_t j, uint32_t seed, uint32_t offset) {
+  const Philox4x32 counter{{static_cast<uint32_t>(j), static_cast<uint32_t>(j >> 32), offset, kDropoutCounterTag}};
+  return philox4x32_10(counter, seed, 0u);
+}
+
+/*! The mask byte of elements 8m .. 8m+7 (bit e set iff element 8m+e is kept; bits of elements
+ *  at or past n are 0). */
+TWE_HOST_DEVICE uint8_t dropout_mask_byte(int64_t m, int64_t n, uint64_t threshold, uint32_t seed, uint32_t offset) {
+  uint8_t byte = 0;
+  for (int half = 0; half < 2; ++half) {
+    const uint64_t j = static_cast<uint64_t>(m) * 2u + static_cast<uint64_t>(half);
+    const Philox4x32 w = dropout_random_block(j, seed, offset);
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = m * 8 + half * 4 + e;
+      if (i < n && static_cast<uint64_t>(w.x[e]) >= threshold) byte = static_cast<uint8_t>(byte | (1u << (half * 4 + e)));
+    }
+  }
+  return byte;
+}
+
+/*! Dropout of one value: fl(x·scale) when kept, +0 otherwise (also the backward with dy). */
+TWE_HOST_DEVICE float dropout_apply(float x, bool kept, float scale) { return kept ? x * scale : 0.0f; }
+
+// ---------------------------------------------------------------------------------------
+// Bias / residual add and constant scale (NUMERICS.md §11)
+// ---------------------------------------------------------------------------------------
+
+/*! fl(x + b). */
+TWE_HOST_DEVICE float add_f32(float x, float b) { return x + b; }
+
+/*! fl(x · c). */
+TWE_HOST_DEVICE float scale_f32(float x, float c) { return x * c; }
+
+// ---------------------------------------------------------------------------------------
 // GEMM block scaling (NUMERICS.md §8)
 // ---------------------------------------------------------------------------------------
 

@@ -52,6 +52,16 @@ typedef struct {
   int32_t stochastic_rounding; /*!< NVFP4: stochastic rounding from the rng state */
 } TweQuantizeParams;
 
+/*! \brief Which quantize kernel a fused call runs on its output (core/ops/quantize.py
+ *  SCALING_MODE_CODES). */
+typedef enum {
+  kTweScalingFP8Current = 0, /*!< twe_quantize_fp8_current */
+  kTweScalingFP8Delayed = 1, /*!< twe_quantize_fp8_delayed (needs `scale`) */
+  kTweScalingMXFP8 = 2,      /*!< twe_quantize_mxfp8 */
+  kTweScalingFP8Block = 3,   /*!< twe_quantize_fp8_block */
+  kTweScalingNVFP4 = 4,      /*!< twe_quantize_nvfp4 (`rng` with stochastic rounding) */
+} TweScalingMode;
+
 /*! \brief Per-tensor current scaling (§4): amax pass, scale from amax (§2), cast.
  *  \param[in]     input   fp32/bf16/fp16 (R, K).
  *  \param[in,out] output  rowwise_data (R, K) and/or columnwise_data (K, R) of the FP8 dtype,
@@ -163,6 +173,19 @@ TweStatus twe_dequantize_fp8_block(const TweTensorView* data, const TweTensorVie
 TweStatus twe_dequantize_nvfp4(const TweTensorView* data, const TweTensorView* scale_inv,
                                const TweTensorView* amax, TweTensorView* output, int32_t columnwise,
                                void* stream);
+
+/*! \brief Runs the quantize kernel of `mode` on `input`: the entry point of fused kernels
+ *         (activation + quantize, ...), which quantize their own output on the same stream.
+ *  \param[in]     input   fp32/bf16/fp16 (R, K).
+ *  \param[in]     scale   fp32 (1,) encode scale for kTweScalingFP8Delayed, else NULL.
+ *  \param[in]     rng     [seed, offset] for NVFP4 stochastic rounding, else NULL.
+ *  \param[in,out] output  as the quantize function of `mode` describes.
+ *  \param[in]     params  as the quantize function of `mode` describes.
+ *  \param[in]     mode    which quantize function runs.
+ *  \param[in]     stream  cudaStream_t for CUDA views, ignored for CPU views.
+ */
+TweStatus twe_quantize(const TweTensorView* input, const TweTensorView* scale, const TweTensorView* rng,
+                       TweQuantizedTensor* output, const TweQuantizeParams* params, TweScalingMode mode, void* stream);
 
 /*! \brief Delayed-scaling algorithm for the amax history reduction. */
 typedef enum {

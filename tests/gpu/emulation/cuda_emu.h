@@ -1,4 +1,4 @@
-// Host emulation of the CUDA features csrc/cuda/quantize.cu uses (see run.sh): each thread block
+// Host emulation of the CUDA features csrc/cuda/quantize.cu and norm.cu use (see run.sh): each thread block
 // runs as blockDim std::threads; __shared__ becomes static; std::barrier stands in for
 // __syncthreads and warp shuffles (every kernel reaches its barriers uniformly).
 #pragma once
@@ -44,17 +44,31 @@ inline bool error = false;
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
-inline float __shfl_xor_sync(unsigned, float v, int offset) {
+namespace emu {
+/*! Every lane of the calling thread's warp publishes v; returns the value of lane src(lane). */
+template <typename Src>
+inline float warp_exchange(float v, Src src) {
   const unsigned t = threadIdx.x, warp = t / 32, lane = t % 32;
   uint32_t bits;
   std::memcpy(&bits, &v, 4);
-  emu::shfl[t] = bits;
-  emu::warp_barriers[warp]->arrive_and_wait();
-  const uint32_t other = emu::shfl[warp * 32 + (lane ^ offset)];
-  emu::warp_barriers[warp]->arrive_and_wait();
+  shfl[t] = bits;
+  warp_barriers[warp]->arrive_and_wait();
+  const uint32_t other = shfl[warp * 32 + src(lane)];
+  warp_barriers[warp]->arrive_and_wait();
   float r;
   std::memcpy(&r, &other, 4);
   return r;
+}
+}  // namespace emu
+inline float __shfl_xor_sync(unsigned, float v, int offset) {
+  return emu::warp_exchange(v, [offset](unsigned lane) { return lane ^ offset; });
+}
+// Out-of-range source lanes return the caller's own value, as on the device.
+inline float __shfl_down_sync(unsigned, float v, unsigned delta) {
+  return emu::warp_exchange(v, [delta](unsigned lane) { return lane + delta < 32 ? lane + delta : lane; });
+}
+inline float __shfl_sync(unsigned, float v, int src_lane) {
+  return emu::warp_exchange(v, [src_lane](unsigned) { return static_cast<unsigned>(src_lane) % 32; });
 }
 inline unsigned atomicMax(unsigned* p, unsigned v) {
   std::atomic_ref<unsigned> a(*p);

@@ -1,0 +1,44 @@
+// Validated arguments of the activation family and the per-device kernel entry points.
+#ifndef TWINENGINE_INTERNAL_ACTIVATION_H_
+#define TWINENGINE_INTERNAL_ACTIVATION_H_
+
+#include "internal/common.h"
+#include "twinengine/activation.h"
+
+namespace twe {
+
+/*! One activation call after the ABI layer checked every view. x is (rows, cols); gated kinds
+ *  read a = x[:, :cols/2], b = x[:, cols/2:] and their output / dy has cols/2 columns. */
+struct ActivationArgs {
+  const TweTensorView* x;
+  const TweTensorView* dy;  // backward only
+  TweTensorView* out;       // y (forward) or dx (backward)
+  TweTensorView* dbias;     // backward with the bias gradient fused: Σc over rows of dx, else nullptr
+  numerics::Activation kind;
+  float limit;
+  float alpha;
+  int64_t rows;
+  int64_t cols;
+  void* stream;
+};
+
+#define TWE_ACTIVATION_KERNELS(NS)                              \
+  namespace NS {                                                \
+  TweStatus activation_forward(const ActivationArgs& args);     \
+  TweStatus activation_backward(const ActivationArgs& args);    \
+  }
+
+/*! CPU only: dx and dbias = Σc over rows of dx (as stored), one pass over x and dy. */
+namespace cpu {
+TweStatus activation_backward_dbias(const ActivationArgs& args);
+}
+
+TWE_ACTIVATION_KERNELS(cpu)
+#ifdef TWE_WITH_CUDA
+TWE_ACTIVATION_KERNELS(cuda)
+#endif
+#undef TWE_ACTIVATION_KERNELS
+
+}  // namespace twe
+
+#endif  // TWINENGINE_INTERNAL_ACTIVATION_H_

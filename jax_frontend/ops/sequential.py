@@ -1,0 +1,239 @@
+"""twinengine.jax.ops.Sequential: the core fusion plan of a list of basic ops as one ``custom_vjp``.
+
+The same plan as ``twinengine.pytorch.ops.Sequential`` (core/fusion/planner.py) runs the same
+kernels in the same order, so outputs and gradients are bit-identical to PyTorch's for the same
+parameters (torch layout: a Linear's weight is (out_features, in_features)).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...fusion import KernelGroup, check_sequential, plan
+from ...quantized_tensor import QuantizedTensor
+from .._ops.activation import activation_bwd_dbias
+from ..autocast import current_recipe
+from .op import BasicOperation, OpContext
+
+
+def _is_array(leaf: Any) -> bool:
+    return isinstance(leaf, (jax.Array, np.ndarray))
+
+
+def _zero_cotangent(x: Any) -> Any:
+    """A zero cotangent for a primal leaf (float0 for integer arrays)."""
+    dtype = np.dtype(x.dtype)
+    if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+        return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
+    return jnp.zeros(np.shape(x), dtype)
+
+
+def _cotangent_like(primal: Any, value: Any) -> Any:
+    if value is None:
+        return jax.tree_util.tree_map(_zero_cotangent, primal)
+    return value
+
+
+def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extra_inputs: Sequence[Any] = (), *,
+            state: Sequence[Any] | None = None, rngs: Sequence[Any] | None = None, recipe: Any = None,
+            fuse: bool = True, training: bool = True) -> Any:
+    """Runs basic ops with explicit parameters under `recipe` (default: the innermost
+    ``twinengine.jax.autocast`` region).
+
+    Args:
+        ops, params: the ops and one tuple of arrays per op.
+        state: one state pytree per op (DelayedScaling: ``delayed_scaling_state`` for each
+            BasicLinear), or None.
+        rngs: one [seed, offset] array per op that draws random bits (BasicLinear with a
+            stochastic-rounding recipe, Dropout when training), else None entries.
+    Returns:
+        out = y, or (y, *extra_outputs); with ``state`` given, (out, new_state) where new_state
+        holds each op's state after the forward (DelayedScaling: the gradient with respect to
+        ``state`` is the next state, as ``twinengine.jax.dense``).
+    """
+    ops = list(ops)
+    check_sequential(len(ops))
+    if recipe is None:
+        recipe = current_recipe()
+    n = len(ops)
+    states = tuple(state) if state is not None else (None,) * n
+    rng_list = tuple(rngs) if rngs is not None else (None,) * n
+    groups = plan([op.describe() for op in ops], recipe is not None, fuse)
+    calls = [op.op_call(recipe, states[i], rng_list[i], training) for i, op in enumerate(ops)]
+    statics = [c[0] for c in calls]
+    arrays = tuple(c[1] for c in calls)
+    expected = sum(op.num_extra_inputs for op in ops)
+    if len(extra_inputs) != expected:
+        raise ValueError(f"twinengine.Sequential: the ops take {expected} extra input(s) (AddExtraInput), got "
+                         f"{len(extra_inputs)}")
+    aux: list = []  # static parts of the residuals, filled by the forward for the backward
+
+    def handoff(group: KernelGroup, i: int, call_arrays: Sequence[dict]) -> dict:
+        if i != group.emitter:
+            return {}
+        j = group.quantize_for
+        return ops[j].op_input_quantization(statics[j], call_arrays[j]) or {}
+
+    def forward(x, params, call_arrays, extra):
+        extra = list(extra)
+        ctxs, extras_out, state_out = [], [], [None] * n
+        h = x
+        for group in groups:
+            for i in group.ops:
+                op = ops[i]
+                kwargs = {**statics[i], **call_arrays[i], **handoff(group, i, call_arrays)}
+                if op.num_extra_inputs:
+                    kwargs["extra_inputs"] = tuple(extra[:op.num_extra_inputs])
+                    extra = extra[op.num_extra_inputs:]
+                ctx = OpContext(statics[i])
+                if op._legacy_forward:
+                    h = op.op_forward(ctx, h, params[i], **kwargs)
+                else:
+                    h, saved = op.op_forward_compute(h, params[i], **kwargs)
+                    op.op_forward_save_ctx(ctx, saved)
+                    state_out[i] = op.op_forward_state(saved)
+                if op.num_extra_outputs:
+                    h, extras = h
+                    extras_out.extend(extras)
+                ctxs.append(ctx)
+        if isinstance(h, QuantizedTensor):
+            raise TypeError("twinengine.Sequential: the last op returns a QuantizedTensor (a Quantize op at the end); "
+                            "quantized data carries no gradient, so keep the Linear that consumes it in the same "
+                            "Sequential")
+        residual_arrays, layout = [], []
+        for ctx in ctxs:
+            leaves, treedef = jax.tree_util.tree_flatten(ctx.saved)
+            mask = [_is_array(leaf) for leaf in leaves]
+            residual_arrays.extend(leaf for leaf, m in zip(leaves, mask) if m)
+            layout.append((treedef, mask, [leaf for leaf, m in zip(leaves, mask) if not m]))
+        aux.append(layout)
+        out = (h, tuple(extras_out), tuple(state_out))
+        return out, (residual_arrays, params, call_arrays)
+
+    def backward(res, cotangents):
+        residual_arrays, params, call_arrays = res
+        dy, d_extras, _ = cotangents
+        layout = aux[-1]
+        ctxs = []
+        residual_arrays = list(residual_arrays)
+        for i, (treedef, mask, statics_leaves) in enumerate(layout):
+            arrays_iter, static_iter = iter(residual_arrays[:sum(mask)]), iter(statics_leaves)
+            residual_arrays = residual_arrays[sum(mask):]
+            leaves = [next(arrays_iter) if m else next(static_iter) for m in mask]
+            ctx = OpContext(statics[i])
+            ctx.saved = jax.tree_util.tree_unflatten(treedef, leaves)
+            ctxs.append(ctx)
+        extra_grads = list(d_extras)
+        dparams: list = [None] * n
+        extra_input_grads: list = [[] for _ in ops]
+
+        def backward_op(i: int, h: Any) -> Any:
+            op = ops[i]
+            if op.num_extra_outputs:
+                h = (h, tuple(extra_grads[len(extra_grads) - op.num_extra_outputs:]))
+                del extra_grads[len(extra_grads) - op.num_extra_outputs:]
+            dx, dp = op.op_backward(ctxs[i], h)
+            if op.num_extra_inputs:
+                dx, d_extra = dx
+                extra_input_grads[i] = list(d_extra)
+            dparams[i] = tuple(dp)
+            return dx
+
+        h = dy
+        for group in reversed(groups):
+            for step in group.backward_steps():
+                if len(step) == 1:
+                    h = backward_op(step[0], h)
+                    continue
+                bias_i, act_i = step
+                act = ops[act_i]
+                (z,) = ctxs[act_i].saved
+                quantization = {}
+                if group.quantize_grad_for is not None:
+                    q = group.quantize_grad_for
+                    quantization = ops[q].op_grad_quantization(ctxs[q]) or {}
+                dz, dbias, qdz = activation_bwd_dbias(h, z, act.activation, limit=act.limit, alpha=act.alpha,
+                                                      bias_dtype=params[bias_i][0].dtype, **quantization)
+                dparams[bias_i], dparams[act_i] = (dbias,), ()
+                h = qdz if qdz is not None else dz
+        d_params = tuple(tuple(_cotangent_like(p, g) for p, g in zip(params[i], _pad(dparams[i], len(params[i]))))
+                         for i in range(n))
+        d_arrays = []
+        for i in range(n):
+            cot = {}
+            for key, value in call_arrays[i].items():
+                cot[key] = _cotangent_like(value, ops[i].op_state_cotangent(ctxs[i]) if key == "state" else None)
+            d_arrays.append(cot)
+        d_extra = tuple(g for grads in extra_input_grads for g in grads)
+        return h, d_params, tuple(d_arrays), d_extra
+
+    @jax.custom_vjp
+    def run(x, params, call_arrays, extra):
+        return forward(x, params, call_arrays, extra)[0]
+
+    run.defvjp(forward, backward)
+    params = tuple(tuple(p) for p in params)
+    y, extras, state_out = run(x, params, arrays, tuple(extra_inputs))
+    out = (y, *extras) if extras else y
+    if state is None:
+        return out
+    return out, tuple(s if new is None else new for s, new in zip(states, state_out))
+
+
+def _pad(grads: tuple | None, count: int) -> tuple:
+    grads = tuple(grads or ())
+    return grads + (None,) * (count - len(grads))
+
+
+def _flatten_ops(ops: Sequence[Any]) -> list[BasicOperation]:
+    out: list[BasicOperation] = []
+    for op in ops:
+        if isinstance(op, BasicOperation):
+            out.append(op)
+        elif isinstance(getattr(op, "basic_ops", None), tuple):
+            out.extend(op.basic_ops)
+        else:
+            raise TypeError(f"twinengine.Sequential: ops must be twinengine basic operations (or Sequentials of "
+                            f"them), got {type(op).__name__}")
+    return out
+
+
+class Sequential:
+    """A sequence of basic ops run as one fused plan (``twinengine.pytorch.ops.Sequential``'s twin).
+
+    ``Sequential(*ops, fuse=True)``; ``init(key, dtype)`` gives the parameters (one tuple per op,
+    torch layout); ``init_state(recipe)`` the per-op state; ``seq(x, params, *extra_inputs,
+    state=None, rngs=None, recipe=None, training=True)`` runs it (see ``run_ops``); ``plan()``
+    lists the kernel groups.
+
+    Numerics: NUMERICS.md §11: the fused plan is byte-identical to ``fuse=False``, and to the
+    torch Sequential of the same ops and parameters.
+    Raises:
+        ValueError: an empty Sequential; TypeError: something that is not a basic op.
+    """
+
+    def __init__(self, *ops: BasicOperation, fuse: bool = True) -> None:
+        self.basic_ops = tuple(_flatten_ops(ops))
+        check_sequential(len(self.basic_ops))
+        self.fuse = fuse
+
+    def init(self, key: Any, dtype: Any = jnp.float32) -> tuple:
+        keys = jax.random.split(key, len(self.basic_ops))
+        return tuple(op.init_params(k, dtype) for op, k in zip(self.basic_ops, keys))
+
+    def init_state(self, recipe: Any = None) -> tuple:
+        return tuple(op.init_state(recipe) for op in self.basic_ops)
+
+    def plan(self, recipe: Any = None) -> list[str]:
+        descs = [op.describe() for op in self.basic_ops]
+        quantized = (recipe if recipe is not None else current_recipe()) is not None
+        return [g.describe(descs) for g in plan(descs, quantized, self.fuse)]
+
+    def __call__(self, x: Any, params: Sequence[tuple], *extra_inputs: Any, state: Sequence[Any] | None = None,
+                 rngs: Sequence[Any] | None = None, recipe: Any = None, training: bool = True) -> Any:
+        return run_ops(self.basic_ops, params, x, extra_inputs, state=state, rngs=rngs, recipe=recipe,
+                       fuse=self.fuse, training=training)

@@ -1,0 +1,155 @@
+"""Modules LayerNorm, RMSNorm, LayerNormLinear and LayerNormMLP, built on the fusible basic ops
+(one implementation: each module holds TE-named parameters and runs a basic-op list through
+``twinengine.pytorch.ops.run_ops``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ...fusion.blocks import block_layout, mlp_widths, normalization_kind
+from ..ops import BasicLinear, Bias, LayerNorm as _LayerNormOp, MakeExtraOutput, RMSNorm as _RMSNormOp, run_ops
+from ..ops.activation import activation_op
+
+
+def _norm_op(normalization: str, hidden: int, eps: float, zero_centered_gamma: bool):
+    cls = _LayerNormOp if normalization_kind(normalization) == "layernorm" else _RMSNormOp
+    return cls(hidden, eps, zero_centered_gamma=zero_centered_gamma, own_params=False)
+
+
+def _norm_params(module: torch.nn.Module, normalization: str, hidden: int, zero_centered_gamma: bool,
+                 dtype: torch.dtype, device: Any, prefix: str) -> None:
+    init = torch.zeros if zero_centered_gamma else torch.ones
+    module.register_parameter(f"{prefix}weight", torch.nn.Parameter(init(hidden, dtype=dtype, device=device)))
+    if normalization_kind(normalization) == "layernorm":
+        module.register_parameter(f"{prefix}bias", torch.nn.Parameter(torch.zeros(hidden, dtype=dtype, device=device)))
+
+
+def _linear_weight(out_features: int, in_features: int, dtype: torch.dtype, device: Any) -> torch.nn.Parameter:
+    weight = torch.nn.Parameter(torch.empty(out_features, in_features, dtype=dtype, device=device))
+    torch.nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+    return weight
+
+
+class LayerNorm(torch.nn.Module):
+    """TE's ``te.LayerNorm``: parameters ``weight``, ``bias`` (hidden_size,); NUMERICS.md §11."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
+                 params_dtype: torch.dtype = torch.float32, device: Any = None) -> None:
+        super().__init__()
+        self._op = _norm_op("LayerNorm", hidden_size, eps, zero_centered_gamma)
+        _norm_params(self, "LayerNorm", hidden_size, zero_centered_gamma, params_dtype, device, "")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return run_ops([self._op], [(self.weight, self.bias)], x)
+
+
+class RMSNorm(torch.nn.Module):
+    """TE's ``te.RMSNorm``: parameter ``weight`` (hidden_size,); NUMERICS.md §11."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
+                 params_dtype: torch.dtype = torch.float32, device: Any = None) -> None:
+        super().__init__()
+        self._op = _norm_op("RMSNorm", hidden_size, eps, zero_centered_gamma)
+        _norm_params(self, "RMSNorm", hidden_size, zero_centered_gamma, params_dtype, device, "")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return run_ops([self._op], [(self.weight,)], x)
+
+
+def _block_ops(layout, normalization: str, eps: float, zero_centered_gamma: bool, widths: list[tuple[int, int]],
+               activation: str | None, activation_params: dict | None, device: Any, amax_history_len: int,
+               rng_seed: int) -> list:
+    """The basic ops of a block layout (core/fusion/blocks.py); widths: (in, out) per linear."""
+    ops, linear_index = [], 0
+    for slot, _ in layout:
+        if slot == "norm":
+            ops.append(_norm_op(normalization, widths[0][0], eps, zero_centered_gamma))
+        elif slot == "extra_output":
+            ops.append(MakeExtraOutput())
+        elif slot == "linear":
+            fan_in, fan_out = widths[linear_index]
+            ops.append(BasicLinear(fan_in, fan_out, device=device, amax_history_len=amax_history_len,
+                                   rng_seed=rng_seed + linear_index, own_params=False))
+            linear_index += 1
+        elif slot == "bias":
+            ops.append(Bias(widths[linear_index - 1][1], own_params=False))
+        else:
+            ops.append(activation_op(activation, **(activation_params or {})))
+    return ops
+
+
+class _NormBlock(torch.nn.Module):
+    """Shared forward of LayerNormLinear / LayerNormMLP: run the layout's ops with the module's
+    TE-named parameters."""
+
+    def forward(self, x: torch.Tensor) -> Any:
+        params = [tuple(getattr(self, name) for name in names) for _, names in self._layout]
+        return run_ops(list(self.basic_ops), params, x)
+
+
+class LayerNormLinear(_NormBlock):
+    """TE's ``te.LayerNormLinear``: norm, then y = x̂ · wᵀ + b, quantized by the ``tep.autocast``
+    recipe with the norm kernel writing the Linear's quantized input.
+
+    Parameters (TE names): ``layer_norm_weight``, ``layer_norm_bias`` (LayerNorm only),
+        ``weight`` (out_features, in_features), ``bias`` (out_features,) when ``bias``.
+    Returns: y, or (y, normalized input) with ``return_layernorm_output``.
+    State: the Linear's delayed-scaling buffers and ``rng_state`` (seed ``rng_seed``) live in its
+        BasicLinear op inside ``basic_ops``.
+    Raises:
+        ValueError: normalization not "LayerNorm"/"RMSNorm", bad sizes, eps < 0.
+    """
+
+    def __init__(self, in_features: int, out_features: int, eps: float = 1e-5, bias: bool = True, *,
+                 normalization: str = "LayerNorm", return_layernorm_output: bool = False,
+                 zero_centered_gamma: bool = False, params_dtype: torch.dtype = torch.float32, device: Any = None,
+                 amax_history_len: int = 1024, rng_seed: int = 0) -> None:
+        super().__init__()
+        self._layout = block_layout(normalization, (("", bias),), None, return_layernorm_output)
+        _norm_params(self, normalization, in_features, zero_centered_gamma, params_dtype, device, "layer_norm_")
+        self.weight = _linear_weight(out_features, in_features, params_dtype, device)
+        if bias:
+            self.bias = torch.nn.Parameter(torch.zeros(out_features, dtype=params_dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+        self.basic_ops = torch.nn.ModuleList(_block_ops(self._layout, normalization, eps, zero_centered_gamma,
+                                                        [(in_features, out_features)], None, None, device,
+                                                        amax_history_len, rng_seed))
+
+
+class LayerNormMLP(_NormBlock):
+    """TE's ``te.LayerNormMLP``: norm → FC1 (+bias) → activation → FC2 (+bias).
+
+    Gated activations (geglu, qgeglu, reglu, sreglu, swiglu, clamped_swiglu) double FC1's width.
+    Parameters (TE names): ``layer_norm_weight``, ``layer_norm_bias`` (LayerNorm only),
+        ``fc1_weight`` (fc1 width, hidden_size), ``fc1_bias``, ``fc2_weight`` (hidden_size,
+        ffn_hidden_size), ``fc2_bias``.
+    Returns: y, or (y, normalized input) with ``return_layernorm_output``.
+    State: FC1's and FC2's delayed-scaling buffers and ``rng_state`` in their BasicLinear ops,
+        seeded ``rng_seed`` and ``rng_seed + 1``.
+    Raises:
+        ValueError: unknown normalization or activation, bad sizes, eps < 0.
+    """
+
+    def __init__(self, hidden_size: int, ffn_hidden_size: int, eps: float = 1e-5, bias: bool = True, *,
+                 normalization: str = "LayerNorm", activation: str = "gelu", return_layernorm_output: bool = False,
+                 zero_centered_gamma: bool = False, activation_params: dict | None = None,
+                 params_dtype: torch.dtype = torch.float32, device: Any = None, amax_history_len: int = 1024,
+                 rng_seed: int = 0) -> None:
+        super().__init__()
+        fc1_width = mlp_widths(activation, ffn_hidden_size)
+        self._layout = block_layout(normalization, (("fc1_", bias), ("fc2_", bias)), activation,
+                                    return_layernorm_output)
+        _norm_params(self, normalization, hidden_size, zero_centered_gamma, params_dtype, device, "layer_norm_")
+        self.fc1_weight = _linear_weight(fc1_width, hidden_size, params_dtype, device)
+        self.fc2_weight = _linear_weight(hidden_size, ffn_hidden_size, params_dtype, device)
+        if bias:
+            self.fc1_bias = torch.nn.Parameter(torch.zeros(fc1_width, dtype=params_dtype, device=device))
+            self.fc2_bias = torch.nn.Parameter(torch.zeros(hidden_size, dtype=params_dtype, device=device))
+        self.basic_ops = torch.nn.ModuleList(_block_ops(self._layout, normalization, eps, zero_centered_gamma,
+                                                        [(hidden_size, fc1_width), (ffn_hidden_size, hidden_size)],
+                                                        activation, activation_params, device, amax_history_len,
+                                                        rng_seed))
