@@ -1,8 +1,8 @@
 """twinengine.jax: twinengine ops for JAX as XLA FFI calls, jit- and vmap-clean."""
 
 from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTensor pytree)
-from . import ops
 from ._library import export_disabled_checks
+from . import ops
 from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense

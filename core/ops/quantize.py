@@ -345,8 +345,8 @@ def _check_layout(op: str, qt: QuantizedTensor, names: Sequence[str]) -> None:
         ArrayMeta(shape, "float32"), qt.quantizer)}
     for name in names:
         array, spec = getattr(qt, name), expected.get(name)
-        if array is None or spec is None:
-            continue
+        if spec is None or not (hasattr(array, "shape") and hasattr(array, "dtype")):
+            continue  # absent (checked above), or not an array (shape-only planning)
         dtype = canonical_dtype(array.dtype)
         if tuple(array.shape) != tuple(spec.shape) or dtype != spec.dtype:
             fail(op, ValueError, f"the QuantizedTensor's {name} has shape {dims(array.shape)} and dtype {dtype}, "

@@ -45,18 +45,6 @@ class ScopedIeeeSubnormals {
   uint64_t saved_ = 0;
 };
 
-/*! Work (elements) below which parallel_for gives a thread no chunk of its own. */
-constexpr int64_t kMinWorkPerThread = int64_t(1) << 18;
-
-/*! Rows (a multiple of `multiple`) of a row block of `cols` elements per row that still keeps every
- *  parallel_for thread busy: fused kernels that run two passes block by block (the second while
- *  the block is in cache) use it, so blocking never costs parallelism. */
-inline int64_t parallel_block_rows(int64_t cols, int64_t multiple) {
-  const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  const int64_t rows = (hw * kMinWorkPerThread + cols - 1) / std::max<int64_t>(cols, 1);
-  return std::max<int64_t>(multiple, (rows + multiple - 1) / multiple * multiple);
-}
-
 /*! Runs fn(begin, end) over [0, n) split into contiguous chunks on up to
  *  std::thread::hardware_concurrency() threads (one thread when `work` is small). Each chunk
  *  sets IEEE subnormal handling itself. Results must not depend on the split: callers give
@@ -64,6 +52,7 @@ inline int64_t parallel_block_rows(int64_t cols, int64_t multiple) {
  */
 template <typename Fn>
 void parallel_for(int64_t n, int64_t work, Fn&& fn) {
+  constexpr int64_t kMinWorkPerThread = int64_t(1) << 18;
   const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
   const int64_t threads = std::max<int64_t>(1, std::min<int64_t>({hw, n, work / kMinWorkPerThread}));
   auto run = [&fn](int64_t begin, int64_t end) {

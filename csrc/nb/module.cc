@@ -94,6 +94,9 @@ nb::dict ffi_targets() {
 }
 
 }  // namespace
+
+void bind_gemm(nb::module_& m);  // csrc/nb/gemm.cc
+
 }  // namespace nb_bind
 }  // namespace twe
 
@@ -104,6 +107,7 @@ NB_MODULE(_C, m) {
         "Runs op `name` on tensor views (data_ptr, dtype, device, shape); raises ValueError on bad input.");
   m.def("ffi_targets", &twe::nb_bind::ffi_targets, "{'twinengine_<op>': {'cpu': capsule, 'CUDA': capsule}}");
   m.def("has_cuda", []() { return twe_has_cuda() != 0; });
+  twe::nb_bind::bind_gemm(m);
   m.def("ops", []() {
     nb::list names;
     for (const auto& e : twe::ops::op_table()) names.append(e.name);

@@ -68,7 +68,7 @@ def _leaves_equal(a, b):
 
 
 @pytest.mark.parametrize("recipe_name", list(RECIPES))
-@pytest.mark.parametrize("case", ["rmsnorm_mlp", "layernorm_quantize", "residual"])
+@pytest.mark.parametrize("case", ["rmsnorm_mlp", "layernorm_quantize", "residual", "linear_tails"])
 def test_sequential_fused_matches_unfused_bytes(recipe_name, case):
     recipe, dtype = RECIPES[recipe_name], jnp.dtype(dtype_for(recipe_name))
     x, extras, dy = _inputs(case, dtype)
