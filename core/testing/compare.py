@@ -56,6 +56,11 @@ def _scale_value(mode: str, code: np.ndarray) -> str:
     return f"{float(code):.9g}"
 
 
+def _scale_factor(mode: str, code: np.ndarray) -> float:
+    """The decode multiplier of an FP8-format scale entry (E8M0 code or fp32 scale_inv)."""
+    return float(ref.e8m0_to_float_ref(np.array([code], np.uint8))[0]) if mode == "mxfp8" else float(code)
+
+
 def _scale_index(qt: QuantizedTensor, columnwise: bool, i: int, j: int) -> tuple[tuple[int, ...], str]:
     """(index into the copy's scale_inv, words naming the block) for element (i, j) of the copy's
     data flattened to 2-D (NUMERICS.md §4–§7 layouts)."""
@@ -113,6 +118,11 @@ def _report(prefix: str, name: str, actual: QuantizedTensor, expected: Quantized
         sa, se = to_numpy(getattr(actual, scale_name)), to_numpy(getattr(expected, scale_name))
         lines.append(f"  block: {block}; {scale_name}{list(scale_at)}: actual {_scale_value(mode, sa[scale_at])}, "
                      f"expected {_scale_value(mode, se[scale_at])}")
+        if mode != "nvfp4":  # NVFP4 decoding also needs the global amax: see reference_dequantize
+            fmt = actual.quantizer.fp8_dtype
+            values = [float(ref.decode_fp8_ref(np.array([c], np.uint8), fmt)[0]) * _scale_factor(mode, s[scale_at])
+                      for c, s in ((ca, sa), (ce, se))]
+            lines.append(f"  dequantized: actual {values[0]:.9g}, expected {values[1]:.9g}")
     elif name.endswith("_scale_inv"):
         lines.append(f"  actual   {_hex(a[index])} = {_scale_value(mode, a[index])}")
         lines.append(f"  expected {_hex(e[index])} = {_scale_value(mode, e[index])}")

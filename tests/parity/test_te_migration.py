@@ -24,6 +24,7 @@ import twinengine as te
 import twinengine.jax as tej
 import twinengine.pytorch as tep
 from twinengine.jax.flax import Dense
+from twinengine.jax.flax import LayerNormMLP as FlaxLayerNormMLP
 from twinengine.te_migration import convert_te_recipe
 
 os.environ.setdefault("NVTE_PROJECT_BUILDING", "1")  # TE's pure-Python package imports on CPU with it
@@ -259,6 +260,10 @@ def test_te_layernorm_mlp_checkpoint_round_trips_through_flax_params():
         y_torch = module(to_torch(x))
     y_jax = jax.jit(lambda x, p: tej.layernorm_mlp(x, p, activation="swiglu", recipe=recipe))(jnp.asarray(x), params)
     assert_bytes_equal(from_torch(y_torch.detach()), np.asarray(y_jax), "torch vs flax params")
+    flax_mlp = FlaxLayerNormMLP(intermediate_dim=96, activation="swiglu",
+                                recipe=te_recipe.MXFP8BlockScaling() if te_recipe is not None else recipe)
+    y_flax = flax_mlp.apply({"params": params}, jnp.asarray(x))
+    assert_bytes_equal(from_torch(y_torch.detach()), np.asarray(y_flax), "torch vs Flax LayerNormMLP")
     fresh = tep.LayerNormMLP(64, 96, activation="swiglu")
     fresh.load_state_dict(tej.params_to_torch(params), strict=False)
     for name, p in fresh.named_parameters():

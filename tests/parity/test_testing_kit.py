@@ -110,6 +110,10 @@ def test_assert_quantized_equal_reports_first_data_difference():
     assert text.startswith("my kernel: rowwise_data: 1 of 4096 elements differ; first at (5, 40)")
     assert "E4M3" in text and "1x32 block cols 32..63 of row 5" in text
     assert "rowwise_scale_inv[5, 1]: actual E8M0 " in text
+    scale = 2.0 ** (int(expected.rowwise_scale_inv[5, 1]) - 127)
+    code = int(expected.rowwise_data.view(np.uint8)[5, 40])
+    value = float(tt.reference.decode_fp8_ref(np.array([code], np.uint8), "e4m3")[0]) * scale
+    assert f"  dequantized: actual {value:.9g}" not in text and f", expected {value:.9g}" in text
 
 
 def test_assert_quantized_equal_reports_nvfp4_pairs_and_scales():
