@@ -98,6 +98,8 @@ class LayerNormLinear(_NormBlock):
     Parameters (TE names): ``layer_norm_weight``, ``layer_norm_bias`` (LayerNorm only),
         ``weight`` (out_features, in_features), ``bias`` (out_features,) when ``bias``.
     Returns: y, or (y, normalized input) with ``return_layernorm_output``.
+    Checkpoints: a TE LayerNormLinear state dict loads as is (``_extra_state`` rule in
+        ``twinengine.pytorch.te_migration``).
     State: the Linear's delayed-scaling buffers and ``rng_state`` (seed ``rng_seed``) live in its
         BasicLinear op inside ``basic_ops``.
     Raises:
@@ -130,6 +132,8 @@ class LayerNormMLP(_NormBlock):
         ``fc1_weight`` (fc1 width, hidden_size), ``fc1_bias``, ``fc2_weight`` (hidden_size,
         ffn_hidden_size), ``fc2_bias``.
     Returns: y, or (y, normalized input) with ``return_layernorm_output``.
+    Checkpoints: a TE LayerNormMLP state dict loads as is (``_extra_state`` rule in
+        ``twinengine.pytorch.te_migration``; FC1 is TE's GEMM 0, FC2 its GEMM 1).
     State: FC1's and FC2's delayed-scaling buffers and ``rng_state`` in their BasicLinear ops,
         seeded ``rng_seed`` and ``rng_seed + 1``.
     Raises:
