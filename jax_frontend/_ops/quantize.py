@@ -116,9 +116,10 @@ def record_amax(amax_history, amax):
 
 # ---- quantizing into caller-owned buffers -----------------------------------------------
 
-def make_empty(quantizer: Quantizer, shape, dtype=jnp.float32) -> QuantizedTensor:
+def make_empty(quantizer: Quantizer, shape, dtype=jnp.float32, device=None) -> QuantizedTensor:
     """A zero-filled QuantizedTensor with the arrays ``quantize`` gives for an input of `shape`
-    and `dtype` under `quantizer`: the buffers ``quantize_into`` reuses.
+    and `dtype` under `quantizer`, on `device` (a jax.Device or Sharding; default: JAX's):
+    the buffers ``quantize_into`` reuses.
 
     Shapes / Dtypes: from the core shape function of quantize (NUMERICS.md §4–§7 layouts).
     Raises:
@@ -126,7 +127,7 @@ def make_empty(quantizer: Quantizer, shape, dtype=jnp.float32) -> QuantizedTenso
     """
     name = dtype_name(dtype)
     specs = quantized_layout(quantizer, tuple(shape), name)
-    arrays = {spec.name: jnp.zeros(spec.shape, jax_dtype(spec.dtype)) for spec in specs}
+    arrays = {spec.name: jnp.zeros(spec.shape, jax_dtype(spec.dtype), device=device) for spec in specs}
     return QuantizedTensor(**arrays, quantizer=quantizer, shape=tuple(shape), dtype=name)
 
 

@@ -44,8 +44,9 @@ def _arrays(qt):
 
 @pytest.mark.parametrize("q", QUANTIZERS, ids=case_id)
 def test_make_empty_has_the_layout_quantize_gives(q):
-    out = tej.make_empty(q, SHAPE, jnp.bfloat16)
+    out = tej.make_empty(q, SHAPE, jnp.bfloat16, jax.devices("cpu")[0])
     got = tej.quantize(jnp.ones(SHAPE, jnp.bfloat16), q, **_extras(q))
+    assert all(a.devices() == {jax.devices("cpu")[0]} for a in _arrays(out).values())
     assert {k: (v.shape, v.dtype) for k, v in _arrays(out).items()} == \
         {k: (v.shape, v.dtype) for k, v in _arrays(got).items()}
     assert all(not np.asarray(v).view(np.uint8).any() for v in _arrays(out).values())
