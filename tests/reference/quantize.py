@@ -1,4 +1,9 @@
 """The quantize reference moved into the package as ``twinengine.testing.reference`` (public, so users
-can test their own kernels against it). Import it from there; this name only re-exports it."""
+can test their own kernels against it). Import it from there; this name is an alias of that very
+module (private names included), kept for code written against the old location."""
 
-from twinengine.testing.reference import *  # noqa: F401,F403
+import sys
+
+from twinengine.testing import reference
+
+sys.modules[__name__] = reference
