@@ -13,6 +13,8 @@ from ..interop import fail_dtype, fail_no_device, fail_not_contiguous, hand_over
 from ..ops.opdef import fail
 
 _OP = "from_torch"
+_X64_DTYPES = ("int64", "uint64", "float64", "complex128")
+"""Dtypes JAX narrows to 32 bits (a copy) unless jax_enable_x64 is set."""
 
 
 @functools.cache
@@ -40,7 +42,7 @@ def _to_jax(name: str, tensor: Any) -> jax.Array:
     if tensor.device.type != "cpu" and not jax.devices()[0].platform == "gpu":
         fail_no_device(_OP, name, str(tensor.device), "JAX", ", ".join(sorted({d.platform for d in jax.devices()})))
     dtype = canonical_dtype(tensor.dtype)
-    if tensor.element_size() == 8 and not jax.config.jax_enable_x64:
+    if dtype in _X64_DTYPES and not jax.config.jax_enable_x64:
         fail_dtype(_OP, name, dtype, "JAX runs without jax_enable_x64 and would narrow it to 32 bits")
     tensor = tensor.detach()
     if _dlpack_carries(dtype):
