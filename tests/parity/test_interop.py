@@ -157,3 +157,11 @@ def test_bad_values_are_refused():
         jax.jit(tep.from_jax)(jnp.zeros(3))
     with pytest.raises(TypeError, match="int64, which cannot be handed over without a copy: JAX runs without jax_enable_x64"):
         tej.from_torch(torch.zeros(3, dtype=torch.int64))
+
+
+def test_int64_crosses_without_copy_under_x64():
+    t = torch.arange(6, dtype=torch.int64)
+    with jax.enable_x64(True):
+        a = tej.from_torch(t)
+        assert a.dtype == jnp.int64 and a.unsafe_buffer_pointer() == t.data_ptr()
+        assert tep.from_jax(a).data_ptr() == t.data_ptr()
