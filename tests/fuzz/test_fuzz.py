@@ -27,6 +27,19 @@ DTYPES = ("float32", "bfloat16", "float16")
 FAMILIES = ("normal", "tiny", "huge", "specials", "zeros")
 
 
+VALID = {}
+"""property -> number of drawn calls that were valid (each property must exercise some)."""
+
+
+def _count_valid(name: str) -> None:
+    VALID[name] = VALID.get(name, 0) + 1
+
+
+def _assert_exercised(name: str, request) -> None:
+    if request.config.getoption("--fuzz-budget") >= 10:
+        assert VALID.get(name, 0) > 0, f"{name}: no valid call was drawn; the strategy only produces errors"
+
+
 def _outcome(fn):
     """('ok', value) or ('error', type, text); anything but our clear errors fails the fuzzer."""
     try:
@@ -88,7 +101,7 @@ def _jax_quantize(x, q, jit):
     return fields_as_numpy((jax.jit(fn) if jit else fn)(jnp.asarray(x), scale))
 
 
-def test_fuzz_quantize_dequantize(fuzz_settings):
+def test_fuzz_quantize_dequantize(fuzz_settings, request):
     from hypothesis import given
 
     @fuzz_settings
@@ -99,6 +112,7 @@ def test_fuzz_quantize_dequantize(fuzz_settings):
                     "jit": _outcome(lambda: _jax_quantize(x, q, True))}
         if _same_errors(outcomes, f"quantize {q!r} {x.dtype}{x.shape}"):
             return
+        _count_valid("quantize")
         fields = outcomes["torch"][1]
         for name in ("jax", "jit"):
             assert_quantized_equal(outcomes[name][1], fields, f"{name} vs torch {q!r}")
@@ -113,6 +127,7 @@ def test_fuzz_quantize_dequantize(fuzz_settings):
             assert_bytes_equal(j, t, f"dequantize {q!r}")
 
     run()
+    _assert_exercised("quantize", request)
 
 
 # dynamic=False: every drawn shape compiles static (errors printing symbolic sizes cannot be
@@ -165,7 +180,7 @@ def routing(draw):
     return x, rmap, map_type, num_out
 
 
-def test_fuzz_moe_permute_unpermute(fuzz_settings):
+def test_fuzz_moe_permute_unpermute(fuzz_settings, request):
     from hypothesis import given
 
     @fuzz_settings
@@ -190,6 +205,7 @@ def test_fuzz_moe_permute_unpermute(fuzz_settings):
                     "jit": _outcome(lambda: jax_call(True))}
         if _same_errors(outcomes, f"moe_permute {map_type} {rmap.dtype}{rmap.shape} x {x.dtype}"):
             return
+        _count_valid("permute")
         out, row_id_map = outcomes["torch"][1]
         for name in ("jax", "jit"):
             assert_bytes_equal(outcomes[name][1][0], out, f"{name} permute output")
@@ -205,6 +221,7 @@ def test_fuzz_moe_permute_unpermute(fuzz_settings):
                                "unpermute vs reference")
 
     run()
+    _assert_exercised("permute", request)
 
 
 def from_any(t) -> np.ndarray:
@@ -217,7 +234,7 @@ RECIPES = st.sampled_from([None, R.MXFP8BlockScaling(), R.Float8CurrentScaling()
                            R.DelayedScaling(amax_history_len=2), R.NVFP4BlockScaling()])
 
 
-def test_fuzz_linear_dense(fuzz_settings):
+def test_fuzz_linear_dense(fuzz_settings, request):
     from hypothesis import given
 
     @fuzz_settings
@@ -254,11 +271,13 @@ def test_fuzz_linear_dense(fuzz_settings):
                     "jit": _outcome(lambda: jax_call(True))}
         if _same_errors(outcomes, f"linear {recipe!r} {dtype} ({rows},{k})x({n},{k})"):
             return
+        _count_valid("linear")
         for name in ("jax", "jit"):
             for got, want, label in zip(outcomes[name][1], outcomes["torch"][1], ("y", "dx")):
                 assert_bytes_equal(got, want, f"{name} {label} {recipe!r}")
 
     run()
+    _assert_exercised("linear", request)
 
 
 def test_fuzz_record_amax_and_update(fuzz_settings):
@@ -289,3 +308,50 @@ def test_fuzz_record_amax_and_update(fuzz_settings):
             assert_bytes_equal(got, want, label)
 
     run()
+
+
+GEMM_QUANTIZERS = st.sampled_from([None, te.MXFP8Quantizer("e4m3"), te.Float8CurrentScalingQuantizer("e4m3"),
+                                   te.NVFP4Quantizer(), te.Float8BlockQuantizer("e4m3", block_scaling_dim=1)])
+
+
+def test_fuzz_gemm(fuzz_settings, request):
+    from hypothesis import given
+
+    @fuzz_settings
+    @given(m=st.sampled_from([1, 16, 32, 128]), n=st.sampled_from([16, 32, 128]),
+           k=st.sampled_from([16, 32, 48, 128]), k_b=st.sampled_from([None, 16, 32]), q=GEMM_QUANTIZERS,
+           a_col=st.booleans(), b_col=st.booleans(), bias=st.booleans(), out=st.sampled_from(DTYPES),
+           seed=st.integers(0, 2**16))
+    def run(m, n, k, k_b, q, a_col, b_col, bias, out, seed):
+        rng = np.random.default_rng(seed)
+        a_np = rng.standard_normal((m, k)).astype(np.float32)
+        b_np = rng.standard_normal((n, k if k_b is None else k_b)).astype(np.float32)
+        bias_np = rng.standard_normal(n).astype(np.float32) if bias else None
+        tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[out]
+
+        def torch_call():
+            a, b = torch.from_numpy(a_np), torch.from_numpy(b_np)
+            if q is not None:
+                a, b = tep.quantize(a, q), tep.quantize(b, q)
+            bt = None if bias_np is None else torch.from_numpy(bias_np)
+            return from_any(tep.gemm(a, b, bt, a_columnwise=a_col, b_columnwise=b_col, out_dtype=tdtype))
+
+        def jax_call(jit):
+            def fn(av, bv, biasv):
+                if q is not None:
+                    av, bv = tej.quantize(av, q), tej.quantize(bv, q)
+                return tej.gemm(av, bv, biasv, a_columnwise=a_col, b_columnwise=b_col, out_dtype=jnp.dtype(out))
+
+            bias_j = None if bias_np is None else jnp.asarray(bias_np)
+            return np.asarray((jax.jit(fn) if jit else fn)(jnp.asarray(a_np), jnp.asarray(b_np), bias_j))
+
+        outcomes = {"torch": _outcome(torch_call), "jax": _outcome(lambda: jax_call(False)),
+                    "jit": _outcome(lambda: jax_call(True))}
+        if _same_errors(outcomes, f"gemm {q!r} ({m},{k})x({n},{k_b or k}) cols={a_col},{b_col}"):
+            return
+        _count_valid("gemm")
+        for name in ("jax", "jit"):
+            assert_bytes_equal(outcomes[name][1], outcomes["torch"][1], f"{name} gemm {q!r}")
+
+    run()
+    _assert_exercised("gemm", request)
