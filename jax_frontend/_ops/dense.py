@@ -16,6 +16,7 @@ from ...ops.gemm import gemm_operand
 from ...recipe import Recipe
 from ..autocast import current_recipe
 from .._library import dtype_name
+from .bias import bias_add, bias_grad
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
 
@@ -34,8 +35,14 @@ def delayed_scaling_state(amax_history_len: int = 1024) -> dict:
             "bwd_scale": jnp.ones((1,), jnp.float32)}
 
 
+def _add_bias(y, bias):
+    """fl(y + b) in y's dtype after the GEMM's own rounding: the bytes of ops.BasicLinear + ops.Bias."""
+    return y if bias is None else bias_add(y, bias)
+
+
 def _bias_grad(dy2, dtype):
-    return gemm(jnp.ones((1, dy2.shape[0]), dy2.dtype), dy2, b_columnwise=True, out_dtype=dtype).reshape(dy2.shape[1])
+    """Σc over the rows of dy (NUMERICS.md §11), as ops.Bias."""
+    return bias_grad(dy2, dtype)
 
 
 # ---- high precision ---------------------------------------------------------------------
@@ -47,7 +54,7 @@ def _dense(x, kernel, bias):
 
 def _dense_fwd(x, kernel, bias):
     w = kernel.T
-    y = gemm(x.reshape(-1, x.shape[-1]), w, bias, out_dtype=x.dtype).reshape(*x.shape[:-1], w.shape[0])
+    y = _add_bias(gemm(x.reshape(-1, x.shape[-1]), w, out_dtype=x.dtype), bias).reshape(*x.shape[:-1], w.shape[0])
     return y, (x, w, None if bias is None else jnp.zeros((0,), bias.dtype))
 
 
@@ -75,7 +82,7 @@ def _dense_quantized_fwd(x, kernel, bias, state, rng, qs: LinearQuantizers):
     fwd_scale = state["fwd_scale"] if qs.delayed else None
     qx = quantize(x2, qs.input, scale=None if fwd_scale is None else fwd_scale[0:1])
     qw = quantize(w, qs.weight, scale=None if fwd_scale is None else fwd_scale[1:2])
-    y = gemm(qx, qw, bias, out_dtype=x.dtype).reshape(*x.shape[:-1], w.shape[0])
+    y = _add_bias(gemm(qx, qw, out_dtype=x.dtype), bias).reshape(*x.shape[:-1], w.shape[0])
     new_state = state
     if qs.delayed:
         history = record_amax(state["fwd_amax_history"], jnp.concatenate([qx.amax, qw.amax]))

@@ -217,3 +217,41 @@ def test_layernorm_linear_torch_matches_jax_layernorm_dense(recipe_name, normali
     assert_bytes_equal(_np(xt.grad), _np(gx), "dx")
     for name, p in module.named_parameters():
         assert_bytes_equal(_np(p.grad), _np(gp[name]), f"d{name}")
+
+
+@pytest.mark.parametrize("recipe_name", list(RECIPES))
+def test_linear_module_ops_linear_and_dense_give_the_same_bytes(recipe_name):
+    """NUMERICS §11: tep.Linear, ops.Linear (BasicLinear + Bias) and tej.dense round the GEMM output to
+    x's dtype, then add the bias, and reduce the bias gradient with Σc — identical bytes (bf16 here)."""
+    recipe = RECIPES[recipe_name]
+    torch.manual_seed(0)
+    layer = tep.Linear(HIDDEN, HIDDEN, params_dtype=torch.bfloat16, amax_history_len=4)
+    op_linear = tops.Linear(HIDDEN, HIDDEN, dtype=torch.bfloat16, amax_history_len=4)
+    with torch.no_grad():
+        layer.bias.uniform_(-1, 1)
+        op_linear.basic_ops[0].weight.copy_(layer.weight)
+        op_linear.basic_ops[1].bias.copy_(layer.bias)
+    x, _, dy = _inputs("rmsnorm_mlp", "bfloat16")
+    results = []
+    for module in (layer, op_linear):
+        xt = to_torch(x).requires_grad_(True)
+        with tep.autocast(recipe=recipe) if recipe is not None else contextlib.nullcontext():
+            y = module(xt)
+        y.backward(to_torch(dy))
+        results.append([y.detach(), xt.grad] + [p.grad for p in module.parameters()])
+    for i, (a, b) in enumerate(zip(*results)):
+        assert_bytes_equal(_np(a), _np(b), f"tep.Linear vs ops.Linear item {i}")
+    delayed = isinstance(recipe, te.recipe.DelayedScaling)
+    rng = jnp.asarray([0, 0], jnp.int32)
+
+    def loss(x, kernel, bias):
+        out = tej.dense(x, kernel, bias, recipe=recipe, state=tej.delayed_scaling_state(4) if delayed else None,
+                        rng=rng if recipe is not None and te.linear.linear_quantizers(recipe).needs_rng else None)
+        out = out[0] if delayed else out
+        return jnp.sum(out.astype(jnp.float32) * jnp.asarray(dy).astype(jnp.float32)), out
+
+    (_, yj), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(
+        jnp.asarray(x), jnp.asarray(_np(layer.weight.detach())).T, jnp.asarray(_np(layer.bias.detach())))
+    assert_bytes_equal(_np(results[0][0]), _np(yj), "dense y")
+    assert_bytes_equal(_np(results[0][1]), _np(grads[0]), "dense dx")
+    assert_bytes_equal(_np(results[0][3]), _np(grads[2]), "dense dbias")

@@ -17,20 +17,26 @@ from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from ..autocast import current_recipe
 from .._library import dtype_name, surface_errors, tensor_fallback
+from .bias import bias_add, bias_grad
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
 
 
+def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """fl(y + b) in y's dtype after the GEMM's own rounding (NUMERICS.md §11 "Fusion never changes
+    bytes"): the bytes of ops.BasicLinear followed by ops.Bias."""
+    return y if bias is None else bias_add(y, bias)
+
+
 def _bias_grad(dy2: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Σ_rows dy as the GEMM ones(1, M) · dy (fp32 accumulation, one rounding)."""
-    ones = torch.ones(1, dy2.shape[0], dtype=dy2.dtype, device=dy2.device)
-    return gemm(ones, dy2, b_columnwise=True, out_dtype=dtype).reshape(dy2.shape[1])
+    """Σc over the rows of dy (NUMERICS.md §11): the bias family's kernel, as ops.Bias uses."""
+    return bias_grad(dy2, dtype)
 
 
 # ---- high precision ---------------------------------------------------------------------
 
 def _linear_body(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    y = gemm(x.reshape(-1, x.shape[-1]), weight, bias, out_dtype=x.dtype)
+    y = _add_bias(gemm(x.reshape(-1, x.shape[-1]), weight, out_dtype=x.dtype), bias)
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -99,7 +105,7 @@ def _linear_quantized_body(
                              columnwise_data=w_columnwise_data, columnwise_scale_inv=w_columnwise_scale_inv,
                              quantizer=weight_quantizer, shape=tuple(w_rowwise_data.shape))
         w_amax = None
-    y = gemm(qx, qw, bias, out_dtype=x.dtype).reshape(*x.shape[:-1], qw.shape[0])
+    y = _add_bias(gemm(qx, qw, out_dtype=x.dtype), bias).reshape(*x.shape[:-1], qw.shape[0])
     zero = torch.zeros(1, dtype=torch.float32, device=x.device)
     amax = torch.cat([qx.amax if delayed else zero, w_amax if delayed and w_amax is not None else zero])
     x_col_amax = qx.columnwise_amax if qx.columnwise_amax is not None else zero.clone()
