@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ...fusion.blocks import block_layout, mlp_widths, normalization_kind
+from ...fusion.ops import normalized_features
 from ..ops import BasicLinear, Bias, LayerNorm as _LayerNormOp, MakeExtraOutput, RMSNorm as _RMSNormOp, run_ops
 from ..ops.activation import activation_op
 from ..te_migration import load_te_checkpoint_hook
@@ -35,11 +36,13 @@ def _linear_weight(out_features: int, in_features: int, dtype: torch.dtype, devi
 
 
 class LayerNorm(torch.nn.Module):
-    """TE's ``te.LayerNorm``: parameters ``weight``, ``bias`` (hidden_size,); NUMERICS.md §11."""
+    """TE's ``te.LayerNorm(normalized_shape, eps)``: parameters ``weight``, ``bias`` (normalized_shape,);
+    NUMERICS.md §11."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
+    def __init__(self, normalized_shape: Any, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
                  params_dtype: torch.dtype = torch.float32, device: Any = None) -> None:
         super().__init__()
+        hidden_size = normalized_features("LayerNorm", normalized_shape)
         self._op = _norm_op("LayerNorm", hidden_size, eps, zero_centered_gamma)
         _norm_params(self, "LayerNorm", hidden_size, zero_centered_gamma, params_dtype, device, "")
 
@@ -48,11 +51,12 @@ class LayerNorm(torch.nn.Module):
 
 
 class RMSNorm(torch.nn.Module):
-    """TE's ``te.RMSNorm``: parameter ``weight`` (hidden_size,); NUMERICS.md §11."""
+    """TE's ``te.RMSNorm(normalized_shape, eps)``: parameter ``weight`` (normalized_shape,); NUMERICS.md §11."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
+    def __init__(self, normalized_shape: Any, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
                  params_dtype: torch.dtype = torch.float32, device: Any = None) -> None:
         super().__init__()
+        hidden_size = normalized_features("RMSNorm", normalized_shape)
         self._op = _norm_op("RMSNorm", hidden_size, eps, zero_centered_gamma)
         _norm_params(self, "RMSNorm", hidden_size, zero_centered_gamma, params_dtype, device, "")
 
@@ -106,7 +110,7 @@ class LayerNormLinear(_NormBlock):
         ValueError: normalization not "LayerNorm"/"RMSNorm", bad sizes, eps < 0.
     """
 
-    def __init__(self, in_features: int, out_features: int, eps: float = 1e-5, bias: bool = True, *,
+    def __init__(self, in_features: int, out_features: int, eps: float = 1e-5, *, bias: bool = True,
                  normalization: str = "LayerNorm", return_layernorm_output: bool = False,
                  zero_centered_gamma: bool = False, params_dtype: torch.dtype = torch.float32, device: Any = None,
                  amax_history_len: int = 1024, rng_seed: int = 0) -> None:
@@ -140,7 +144,7 @@ class LayerNormMLP(_NormBlock):
         ValueError: unknown normalization or activation, bad sizes, eps < 0.
     """
 
-    def __init__(self, hidden_size: int, ffn_hidden_size: int, eps: float = 1e-5, bias: bool = True, *,
+    def __init__(self, hidden_size: int, ffn_hidden_size: int, eps: float = 1e-5, *, bias: bool = True,
                  normalization: str = "LayerNorm", activation: str = "gelu", return_layernorm_output: bool = False,
                  zero_centered_gamma: bool = False, activation_params: dict | None = None,
                  params_dtype: torch.dtype = torch.float32, device: Any = None, amax_history_len: int = 1024,
