@@ -399,3 +399,45 @@ def test_modules_compile_fullgraph_every_recipe(recipe_name):
                 out += [b.clone() for b in module.buffers()]
             results.append(out)
         _assert_same(*results, f"{type(module).__name__} {recipe_name}")
+
+
+@pytest.mark.parametrize("recipe_name", ["high_precision", "fp8_delayed", "mxfp8", "nvfp4"])
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("autocast_inside", [False, True])
+def test_checkpointed_blocks_match_plain_runs(recipe_name, reentrant, autocast_inside):
+    """torch.utils.checkpoint over LayerNormMLP and a Sequential with Dropout: outputs, gradients and
+    every buffer (amax histories, scales, rng offsets) equal the run without checkpointing — the
+    recompute replays the recorded call instead of advancing state twice."""
+    recipe, dtype = RECIPES[recipe_name], TORCH_DTYPES[dtype_for(recipe_name)]
+
+    def build():
+        torch.manual_seed(0)
+        mlp = tep.LayerNormMLP(HIDDEN, 128, activation="swiglu", params_dtype=dtype, amax_history_len=4)
+        drop = ops.Sequential(ops.Dropout(0.25, rng_seed=5), ops.GELU())
+        return mlp, drop
+
+    def body(mlp, drop, x):
+        def inner(x):
+            with _autocast(recipe) if autocast_inside else contextlib.nullcontext():
+                return drop(mlp(x))
+        return inner
+
+    x, _, dy = _inputs("rmsnorm_mlp", dtype)
+    results = []
+    for checkpointed in (False, True):
+        mlp, drop = build()
+        out = []
+        for _ in range(2):
+            xs = x.clone().requires_grad_(True)
+            fn = body(mlp, drop, xs)
+            with _autocast(recipe) if not autocast_inside else contextlib.nullcontext():
+                if checkpointed:
+                    y = torch.utils.checkpoint.checkpoint(fn, xs, use_reentrant=reentrant)
+                else:
+                    y = fn(xs)
+            y.backward(dy)
+            out += [y.detach(), xs.grad] + [p.grad.clone() for p in mlp.parameters()]
+            out += [b.clone() for b in list(mlp.buffers()) + list(drop.buffers())]
+            mlp.zero_grad()
+        results.append(out)
+    _assert_same(*results, f"checkpoint {recipe_name} reentrant={reentrant} inside={autocast_inside}")

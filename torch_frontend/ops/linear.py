@@ -44,6 +44,7 @@ class BasicLinear(BasicOperation):
     """
 
     param_names = ("weight",)
+    replay_snapshot = ("fwd_scale", "rng")
 
     def __init__(self, in_features: int, out_features: int, *, device: Any = None, dtype: torch.dtype = torch.float32,
                  amax_history_len: int = 1024, rng_seed: int = 0, own_params: bool = True) -> None:
@@ -74,6 +75,10 @@ class BasicLinear(BasicOperation):
         if qs.needs_rng:
             tensors["rng"] = rng_advance(self.rng_state)
         return {"quantizers": qs}, tensors
+
+    def op_advances_state(self, static) -> bool:
+        qs = static["quantizers"]
+        return qs is not None and (qs.delayed or qs.needs_rng)
 
     def op_input_quantization(self, static, tensors):
         qs = static["quantizers"]

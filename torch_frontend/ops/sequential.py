@@ -21,7 +21,8 @@ from ...fusion import (KernelGroup, check_extra_inputs, check_sequential, plan, 
                        reject_quantized_output)
 from ...quantized_tensor import QuantizedTensor
 from .._ops.activation import activation_bwd_dbias
-from ..autocast import current_recipe
+from ..autocast import current_recipe, replay_region
+from ..modules.linear import _mark_stateful_compiled_forward
 from .linear import Linear
 from .op import BasicOperation, OpContext
 
@@ -187,25 +188,93 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: torch.Ten
     basic ops (LayerNormLinear, LayerNormMLP, ...) call this with their own parameters.
     """
     check_sequential(len(ops))
+    check_extra_inputs(sum(op.num_extra_inputs for op in ops), len(extra_inputs))
+    recording = False
+    if not torch.compiler.is_compiling():
+        if torch._C._current_graph_task_id() != -1:
+            return _replay(ops, params, x, extra_inputs, fuse)  # a checkpoint recompute in the backward
+        recording = (not torch.is_grad_enabled()
+                     or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None)
     recipe = current_recipe()
+    calls = [op.op_call(recipe) for op in ops]
+    if torch.compiler.is_compiling() and any(op.op_advances_state(c[0]) for op, c in zip(ops, calls)):
+        _mark_stateful_compiled_forward()
+    if recording:
+        _record(ops, x, extra_inputs, recipe, calls)
+    outputs = _apply(ops, params, x, extra_inputs, recipe, calls, fuse)
+    num_extra = sum(op.num_extra_outputs for op in ops)
+    y, extras, state = outputs[0], outputs[1:1 + num_extra], outputs[1 + num_extra:]
+    for i, op in enumerate(ops):
+        count = op.op_state_count(calls[i][0])
+        if count:
+            op.op_update_state(calls[i][0], tuple(state[:count]))
+            state = state[count:]
+    return (y, *extras) if num_extra else y
+
+
+def _apply(ops, params, x, extra_inputs, recipe, calls, fuse) -> tuple:
+    """One _SequentialFunction call for the given per-op call arguments."""
     descs = [op.describe() for op in ops]
     groups = plan(descs, recipe is not None, fuse)
-    calls = [op.op_call(recipe) for op in ops]
     sources = tuple(quantization_source(descs, i, recipe is not None) for i in range(len(ops)))
     run = _Run(ops=tuple(ops), groups=groups, sources=sources, static=tuple(c[0] for c in calls),
                tensor_keys=tuple(tuple(c[1]) for c in calls), param_counts=tuple(len(p) for p in params),
                num_extra_inputs=len(extra_inputs))
-    check_extra_inputs(sum(op.num_extra_inputs for op in ops), len(extra_inputs))
     flat = [p for ps in params for p in ps] + [t for c in calls for t in c[1].values()] + list(extra_inputs)
-    outputs = _SequentialFunction.apply(run, x, *flat)
+    return _SequentialFunction.apply(run, x, *flat)
+
+
+# ---- activation checkpointing (eager) -----------------------------------------------------
+# torch.utils.checkpoint re-runs the forward inside the backward pass, where no autocast region
+# is active and module state (delayed-scaling scales, rng offsets) has moved on. A forward that
+# checkpointing may recompute (grad disabled: the reentrant first pass; saved-tensor hooks
+# active: the non-reentrant one) records the recipe and the per-op call arguments it used (the
+# state an op reads is snapshotted: BasicOperation.replay_snapshot) with a hash of its inputs; the
+# recompute replays exactly that call and updates no state, so checkpointed and plain runs give
+# the same bytes (tep.Linear does the same). Compiled code needs none of this: AOTAutograd
+# recomputes inside the graph from the same values.
+
+_MAX_RECORDS = 4096
+
+
+def _inputs_key(x, extra_inputs) -> tuple:
+    tensors = [x] + [e for e in extra_inputs]
+    meta = tuple((tuple(t.shape), t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in tensors)
+    hashes = [torch.hash_tensor(t.detach()) for t in tensors if isinstance(t, torch.Tensor) and t.numel()]
+    return meta, hashes
+
+
+def _record(ops, x, extra_inputs, recipe, calls) -> None:
+    snapshot = []
+    for op, (static, tensors) in zip(ops, calls):
+        keep = {k: (v.detach().clone() if k in op.replay_snapshot and v is not None else v) for k, v in tensors.items()}
+        snapshot.append((static, keep))
+    records = ops[0].__dict__.setdefault("_checkpoint_records", [])
+    records.append((tuple(id(op) for op in ops), *_inputs_key(x, extra_inputs), recipe, snapshot))
+    if len(records) > _MAX_RECORDS:  # forwards never recomputed (evaluation): drop the oldest
+        del records[0]
+
+
+def _replay(ops, params, x, extra_inputs, fuse) -> Any:
+    records = ops[0].__dict__.get("_checkpoint_records", [])
+    ids = tuple(id(op) for op in ops)
+    meta, hashes = _inputs_key(x, extra_inputs)
+    for i, record in enumerate(records):
+        if record[0] == ids and record[1] == meta and all(torch.equal(a, b) for a, b in zip(record[2], hashes)):
+            _, _, _, recipe, calls = records.pop(i)
+            break
+    else:
+        raise RuntimeError(
+            "twinengine.Sequential: a forward ran inside a backward pass (activation checkpointing recompute) with "
+            "inputs these ops did not see in a checkpointed forward; the recomputed forward must be deterministic "
+            "and see the same inputs")
+    with replay_region(recipe):
+        outputs = _apply(ops, params, x, extra_inputs, recipe,
+                         [(static, {k: (v.clone() if isinstance(v, torch.Tensor) and k in op.replay_snapshot else v)
+                                    for k, v in tensors.items()}) for op, (static, tensors) in zip(ops, calls)],
+                         fuse)
     num_extra = sum(op.num_extra_outputs for op in ops)
-    y, extras, state = outputs[0], outputs[1:1 + num_extra], outputs[1 + num_extra:]
-    for i, op in enumerate(ops):
-        count = op.op_state_count(run.static[i])
-        if count:
-            op.op_update_state(run.static[i], tuple(state[:count]))
-            state = state[count:]
-    return (y, *extras) if num_extra else y
+    return (outputs[0], *outputs[1:1 + num_extra]) if num_extra else outputs[0]
 
 
 class Sequential(torch.nn.Module):
