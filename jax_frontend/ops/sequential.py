@@ -26,6 +26,31 @@ def _is_array(leaf: Any) -> bool:
     return isinstance(leaf, (jax.Array, np.ndarray))
 
 
+@jax.tree_util.register_pytree_node_class
+class _Static:
+    """A non-array value saved by an op (a dtype, a flag, a size): a pytree node with no children,
+    so it travels in the custom_vjp residuals' tree structure rather than as a residual array."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def tree_flatten(self):
+        return (), self.value
+
+    @classmethod
+    def tree_unflatten(cls, value, children):
+        return cls(value)
+
+
+def _wrap_static(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda leaf: leaf if _is_array(leaf) else _Static(leaf), tree)
+
+
+def _unwrap_static(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda leaf: leaf.value if isinstance(leaf, _Static) else leaf, tree,
+                                  is_leaf=lambda leaf: isinstance(leaf, _Static))
+
+
 def _zero_cotangent(x: Any) -> Any:
     """A zero cotangent for a primal leaf (float0 for integer arrays)."""
     dtype = np.dtype(x.dtype)
@@ -71,7 +96,6 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
     statics = [c[0] for c in calls]
     arrays = tuple(c[1] for c in calls)
     check_extra_inputs(sum(op.num_extra_inputs for op in ops), len(extra_inputs))
-    aux: list = []  # static parts of the residuals, filled by the forward for the backward
 
     def quantize_kwargs(group: KernelGroup, i: int, call_arrays: Sequence[dict], h: Any) -> dict:
         """As the torch runner: the emitter writes the quantized input of the group's target (whose
@@ -109,29 +133,18 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
                 ctxs.append(ctx)
         if isinstance(h, QuantizedTensor):
             reject_quantized_output()
-        residual_arrays, layout = [], []
-        for ctx in ctxs:
-            extras = {k: v for k, v in vars(ctx).items() if k not in ("saved", "static")}
-            leaves, treedef = jax.tree_util.tree_flatten((ctx.saved, extras))
-            mask = [_is_array(leaf) for leaf in leaves]
-            residual_arrays.extend(leaf for leaf, m in zip(leaves, mask) if m)
-            layout.append((treedef, mask, [leaf for leaf, m in zip(leaves, mask) if not m]))
-        aux.append(layout)
+        saved = [_wrap_static((ctx.saved, {k: v for k, v in vars(ctx).items() if k not in ("saved", "static")}))
+                 for ctx in ctxs]
         out = (h, tuple(extras_out), tuple(state_out))
-        return out, (residual_arrays, params, call_arrays)
+        return out, (saved, params, call_arrays)
 
     def backward(res, cotangents):
-        residual_arrays, params, call_arrays = res
+        saved, params, call_arrays = res
         dy, d_extras, _ = cotangents
-        layout = aux[-1]
         ctxs = []
-        residual_arrays = list(residual_arrays)
-        for i, (treedef, mask, statics_leaves) in enumerate(layout):
-            arrays_iter, static_iter = iter(residual_arrays[:sum(mask)]), iter(statics_leaves)
-            residual_arrays = residual_arrays[sum(mask):]
-            leaves = [next(arrays_iter) if m else next(static_iter) for m in mask]
+        for i, payload in enumerate(saved):
             ctx = OpContext(statics[i])
-            ctx.saved, extras = jax.tree_util.tree_unflatten(treedef, leaves)
+            ctx.saved, extras = _unwrap_static(payload)
             for name, value in extras.items():  # attributes a user op set on its context
                 setattr(ctx, name, value)
             ctxs.append(ctx)
