@@ -7,6 +7,12 @@ collection of the same block and both frameworks give the same bytes. DelayedSca
 in the ``"fp8_meta"`` collection (one entry per Linear) under the same contract as
 ``twinengine.jax.flax.Dense``; stochastic rounding draws [seed, offset] from the
 ``"stochastic_rounding"`` RNG stream unless ``rngs=`` is given.
+
+Differences from TE-JAX's modules of the same names: the norm is chosen with
+``normalization="LayerNorm"|"RMSNorm"`` (TE-JAX: ``layernorm_type``), the activation with one name
+from ``twinengine.ops.activation.ACTIVATIONS`` (TE-JAX: an ``activations`` tuple such as
+``("silu", "linear")`` for SwiGLU), and a call returns ``out`` — ``(out, ln_out)`` only with
+``return_layernorm_output=True`` (TE-JAX always returns the pair).
 """
 
 from __future__ import annotations
