@@ -111,7 +111,10 @@ TweStatus twe_activation_backward_dbias(const TweTensorView* dy, const TweTensor
     ActivationArgs args;
     const TweStatus st = check_backward(dy, x, dx, params, dbias, stream, &args);
     if (st) return st;
-    const TweStatus run = run_on_device(kTweCPU, args, cpu::activation_backward_dbias, nullptr);
+    const auto no_cuda = [](const ActivationArgs&) {
+      return fail(kTweInternalError, "the fused CPU activation backward was dispatched for a CUDA view");
+    };
+    const TweStatus run = run_on_device(kTweCPU, args, cpu::activation_backward_dbias, no_cuda);
     return run ? run : succeed();
   }
   const TweStatus st = backward(dy, x, dx, params, stream);
