@@ -1,0 +1,248 @@
+// CPU kernels of the attention family: loops and memory movement only; every value step is
+// numerics.h's (attention_score, attention_rescale, attention_prob, attention_lse,
+// attention_dscore, attention_dropout_keep, canonical_sum). Rows never interact in the
+// forward and in dq; dk / dv of one key are one sequential accumulation, so the thread split
+// never changes a bit (docs/attention.md).
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "internal/attention.h"
+#include "internal/cpu.h"
+
+namespace twe {
+namespace cpu {
+namespace {
+
+constexpr int64_t kKeyBlock = 64;  // docs/attention.md §3: blocks aligned to absolute key positions
+
+/*! The whole view widened exactly to fp32, reordered from (B, S, Hh, Dd) to (B, Hh, S, Dd)
+ *  when `to_bhsd`, else kept in its order. */
+std::vector<float> widen(const TweTensorView* v, int64_t b_n, int64_t s_n, int64_t h_n, int64_t d_n, bool to_bhsd) {
+  std::vector<float> dst(static_cast<size_t>(b_n * s_n * h_n * d_n));
+  dispatch_high_precision(v->dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = static_cast<const T*>(v->data);
+    for (int64_t b = 0; b < b_n; ++b)
+      for (int64_t s = 0; s < s_n; ++s)
+        for (int64_t h = 0; h < h_n; ++h) {
+          const int64_t from = ((b * s_n + s) * h_n + h) * d_n;
+          const int64_t to = to_bhsd ? ((b * h_n + h) * s_n + s) * d_n : from;
+          for (int64_t d = 0; d < d_n; ++d) dst[to + d] = to_float(src[from + d]);
+        }
+    return kTweSuccess;
+  });
+  return dst;
+}
+
+/*! Elements offset .. offset + n - 1 of view v = src rounded (RNE) to v's dtype. */
+void narrow(const float* src, int64_t n, TweTensorView* v, int64_t offset) {
+  dispatch_high_precision(v->dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* dst = static_cast<T*>(v->data) + offset;
+    for (int64_t i = 0; i < n; ++i) dst[i] = FromFloat<T>::apply(src[i]);
+    return kTweSuccess;
+  });
+}
+
+/*! The visible key range [lo, hi] of query row i of batch b (empty when lo > hi). */
+struct Masking {
+  TweAttentionParams p;
+  const int32_t* seqlens_q;
+  const int32_t* seqlens_kv;
+  int64_t seq_q, seq_kv;
+
+  void range(int64_t b, int64_t i, int64_t* lo, int64_t* hi) const {
+    const int64_t sq = seqlens_q ? seqlens_q[b] : seq_q;
+    const int64_t skv = seqlens_kv ? seqlens_kv[b] : seq_kv;
+    *lo = 0;
+    *hi = -1;
+    if (i >= sq) return;
+    const bool top_left = p.mask_type == kTweAttnMaskCausal || p.mask_type == kTweAttnMaskPaddingCausal;
+    const int64_t delta = top_left ? 0 : skv - sq;
+    *lo = p.window_left < 0 ? 0 : std::max<int64_t>(0, i + delta - p.window_left);
+    *hi = p.window_right < 0 ? skv - 1 : std::min<int64_t>(skv - 1, i + delta + p.window_right);
+  }
+};
+
+Masking masking(const AttentionArgs& a) {
+  return Masking{a.params, a.seqlens_q ? static_cast<const int32_t*>(a.seqlens_q->data) : nullptr,
+                 a.seqlens_kv ? static_cast<const int32_t*>(a.seqlens_kv->data) : nullptr, a.seq_q, a.seq_kv};
+}
+
+uint32_t rng_word(const TweTensorView& rng, int index) {
+  if (rng.dtype == kTweInt64) return static_cast<uint32_t>(static_cast<const int64_t*>(rng.data)[index]);
+  return static_cast<const uint32_t*>(rng.data)[index];  // uint32, or int32 read as its bits
+}
+
+/*! Dropout of the attention probabilities (docs/attention.md §5). */
+struct Dropout {
+  bool on = false;
+  uint64_t threshold = 0;
+  float scale = 1.0f;
+  uint32_t seed = 0, offset = 0;
+
+  explicit Dropout(const AttentionArgs& a) {
+    on = a.params.dropout_p > 0.0f;
+    if (!on) return;
+    threshold = numerics::dropout_threshold(a.params.dropout_p);
+    scale = numerics::dropout_scale(a.params.dropout_p);
+    seed = rng_word(*a.rng, 0);
+    offset = rng_word(*a.rng, 1);
+  }
+  /*! v as it reaches the output (p') or its gradient (dp), for probability index n. */
+  float apply(float v, uint64_t n) const {
+    if (!on) return v;
+    return numerics::dropout_apply(v, numerics::attention_dropout_keep(n, threshold, seed, offset), scale);
+  }
+};
+
+}  // namespace
+
+TweStatus attention_fwd(const AttentionArgs& a) {
+  ScopedIeeeSubnormals ieee;
+  const int64_t B = a.batch, Sq = a.seq_q, Skv = a.seq_kv, H = a.heads, Hkv = a.kv_heads, D = a.head_dim,
+                Dv = a.v_dim, G = H / Hkv;
+  const int64_t rows = B * H * Sq;
+  if (rows == 0) return kTweSuccess;
+  const std::vector<float> qf = widen(a.q, B, Sq, H, D, false);
+  const std::vector<float> kf = widen(a.k, B, Skv, Hkv, D, true);
+  const std::vector<float> vf = widen(a.v, B, Skv, Hkv, Dv, true);
+  const Masking mask = masking(a);
+  const Dropout drop(a);
+  const float s = a.params.softmax_scale;
+  float* lse = static_cast<float*>(a.lse->data);
+  parallel_for(rows, rows * std::max<int64_t>(Skv, 1) * (D + Dv), [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(kKeyBlock), acc(static_cast<size_t>(Dv));
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / (H * Sq), h = (r / Sq) % H, i = r % Sq, g = h / G;
+      const int64_t out_offset = ((b * Sq + i) * H + h) * Dv;
+      int64_t lo, hi;
+      mask.range(b, i, &lo, &hi);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      if (lo > hi) {  // fully masked row: out = +0, lse = -inf
+        narrow(acc.data(), Dv, a.out, out_offset);
+        lse[(b * H + h) * Sq + i] = -std::numeric_limits<float>::infinity();
+        continue;
+      }
+      const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
+      const float* k_head = kf.data() + (b * Hkv + g) * Skv * D;
+      const float* v_head = vf.data() + (b * Hkv + g) * Skv * Dv;
+      const uint64_t n_row = static_cast<uint64_t>(((b * H + h) * Sq + i) * Skv);
+      float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+      for (int64_t t = lo / kKeyBlock; t <= hi / kKeyBlock; ++t) {
+        const int64_t j0 = std::max(lo, t * kKeyBlock), j1 = std::min(hi, t * kKeyBlock + kKeyBlock - 1);
+        float m_blk = -std::numeric_limits<float>::infinity();
+        for (int64_t j = j0; j <= j1; ++j) {
+          const float x = numerics::attention_score(q_row, k_head + j * D, D, s);
+          scores[j - j0] = x;
+          m_blk = x > m_blk ? x : m_blk;
+        }
+        const float m_new = m_blk > m ? m_blk : m;
+        const float alpha = numerics::attention_rescale(m, m_new);
+        l = l * alpha;
+        for (int64_t d = 0; d < Dv; ++d) acc[d] = acc[d] * alpha;
+        for (int64_t j = j0; j <= j1; ++j) {
+          const float p = numerics::attention_prob(scores[j - j0], m_new);
+          l = l + p;
+          const float pd = drop.apply(p, n_row + static_cast<uint64_t>(j));
+          const float* v_row = v_head + j * Dv;
+          for (int64_t d = 0; d < Dv; ++d) acc[d] = acc[d] + pd * v_row[d];
+        }
+        m = m_new;
+      }
+      for (int64_t d = 0; d < Dv; ++d) acc[d] = acc[d] / l;
+      narrow(acc.data(), Dv, a.out, out_offset);
+      lse[(b * H + h) * Sq + i] = numerics::attention_lse(m, l);
+    }
+  });
+  return kTweSuccess;
+}
+
+TweStatus attention_bwd(const AttentionArgs& a) {
+  ScopedIeeeSubnormals ieee;
+  const int64_t B = a.batch, Sq = a.seq_q, Skv = a.seq_kv, H = a.heads, Hkv = a.kv_heads, D = a.head_dim,
+                Dv = a.v_dim, G = H / Hkv;
+  const std::vector<float> qf = widen(a.q, B, Sq, H, D, false);
+  const std::vector<float> kf = widen(a.k, B, Skv, Hkv, D, true);
+  const std::vector<float> vf = widen(a.v, B, Skv, Hkv, Dv, true);
+  const std::vector<float> dof = widen(a.dout, B, Sq, H, Dv, false);
+  const std::vector<float> of = widen(a.out_in, B, Sq, H, Dv, false);
+  const float* lse = static_cast<const float*>(a.lse->data);
+  const Masking mask = masking(a);
+  const Dropout drop(a);
+  const float s = a.params.softmax_scale;
+  const int64_t rows = B * H * Sq;
+  // Δ per row (b, h, i), stored at (b·H + h)·S_q + i like lse.
+  std::vector<float> delta(static_cast<size_t>(rows));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < Sq; ++i)
+      for (int64_t h = 0; h < H; ++h) {
+        const float* o = of.data() + ((b * Sq + i) * H + h) * Dv;
+        const float* dout = dof.data() + ((b * Sq + i) * H + h) * Dv;
+        delta[(b * H + h) * Sq + i] = numerics::canonical_sum(Dv, [o, dout](int64_t d) { return dout[d] * o[d]; });
+      }
+  // One visible pair (i, j) of head h: writes p' (dropped p) and returns ds.
+  auto pair = [&](int64_t b, int64_t h, int64_t i, int64_t j, float* p_dropped) {
+    const int64_t g = h / G, row = (b * H + h) * Sq + i;
+    const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
+    const float* k_row = kf.data() + ((b * Hkv + g) * Skv + j) * D;
+    const float* v_row = vf.data() + ((b * Hkv + g) * Skv + j) * Dv;
+    const float* do_row = dof.data() + ((b * Sq + i) * H + h) * Dv;
+    const float x = numerics::attention_score(q_row, k_row, D, s);
+    const float p = numerics::attention_prob(x, lse[row]);
+    const float dp_raw = numerics::canonical_sum(Dv, [do_row, v_row](int64_t d) { return do_row[d] * v_row[d]; });
+    const uint64_t n = static_cast<uint64_t>(row * Skv + j);
+    const float dp = drop.apply(dp_raw, n);
+    *p_dropped = drop.apply(p, n);
+    return numerics::attention_dscore(p, dp, delta[row]);
+  };
+  // dq: per row, keys ascending.
+  parallel_for(rows, rows * std::max<int64_t>(Skv, 1) * (D + Dv), [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(static_cast<size_t>(D));
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / (H * Sq), h = (r / Sq) % H, i = r % Sq, g = h / G;
+      int64_t lo, hi;
+      mask.range(b, i, &lo, &hi);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = lo; j <= hi; ++j) {
+        float unused;
+        const float ds = pair(b, h, i, j, &unused);
+        const float* k_row = kf.data() + ((b * Hkv + g) * Skv + j) * D;
+        for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] + ds * k_row[d];
+      }
+      for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] * s;
+      narrow(acc.data(), D, a.dq, ((b * Sq + i) * H + h) * D);
+    }
+  });
+  // dk, dv: per (b, kv head g, key j), query heads of the group ascending, rows ascending.
+  const int64_t keys = B * Hkv * Skv;
+  parallel_for(keys, std::max<int64_t>(keys, 1) * G * Sq * (D + Dv), [&](int64_t begin, int64_t end) {
+    std::vector<float> acc_k(static_cast<size_t>(D)), acc_v(static_cast<size_t>(Dv));
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / (Hkv * Skv), g = (r / Skv) % Hkv, j = r % Skv;
+      std::fill(acc_k.begin(), acc_k.end(), 0.0f);
+      std::fill(acc_v.begin(), acc_v.end(), 0.0f);
+      for (int64_t h = g * G; h < (g + 1) * G; ++h) {
+        for (int64_t i = 0; i < Sq; ++i) {
+          int64_t lo, hi;
+          mask.range(b, i, &lo, &hi);
+          if (j < lo || j > hi) continue;
+          float p_dropped;
+          const float ds = pair(b, h, i, j, &p_dropped);
+          const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
+          const float* do_row = dof.data() + ((b * Sq + i) * H + h) * Dv;
+          for (int64_t d = 0; d < D; ++d) acc_k[d] = acc_k[d] + ds * q_row[d];
+          for (int64_t d = 0; d < Dv; ++d) acc_v[d] = acc_v[d] + p_dropped * do_row[d];
+        }
+      }
+      for (int64_t d = 0; d < D; ++d) acc_k[d] = acc_k[d] * s;
+      narrow(acc_k.data(), D, a.dk, ((b * Skv + j) * Hkv + g) * D);
+      narrow(acc_v.data(), Dv, a.dv, ((b * Skv + j) * Hkv + g) * Dv);
+    }
+  });
+  return kTweSuccess;
+}
+
+}  // namespace cpu
+}  // namespace twe
