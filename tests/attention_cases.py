@@ -25,6 +25,17 @@ class Case:
     dtype: str = "float32"
     d_v: int | None = None
     softmax_scale: float | None = None
+    qkv_format: str = "bshd"
+
+    def layout(self, x: np.ndarray) -> np.ndarray:
+        """A bshd array in this case's layout, or back (sbhd swaps the first two axes both ways)."""
+        return np.ascontiguousarray(np.swapaxes(x, 0, 1)) if self.qkv_format == "sbhd" else x
+
+    def ref_kwargs(self) -> dict:
+        """kwargs() for the bshd-only references (no qkv_format)."""
+        kw = self.kwargs()
+        kw.pop("qkv_format")
+        return kw
 
     def inputs(self, seed: int = 0) -> dict:
         rng = np.random.default_rng(seed)
@@ -36,12 +47,12 @@ class Case:
             "v": rng.standard_normal((self.batch, self.s_kv, self.kv_heads, d_v)).astype(np.float32).astype(dt),
             "dout": rng.standard_normal((self.batch, self.s_q, self.heads, d_v)).astype(np.float32).astype(dt),
         }
-        return arrays
+        return {name: self.layout(x) for name, x in arrays.items()}
 
     def kwargs(self) -> dict:
         """Keyword arguments with NumPy arrays (seqlens int32, rng int64)."""
         kw = {"mask_type": self.mask_type, "window_size": self.window_size, "softmax_scale": self.softmax_scale,
-              "dropout_p": self.dropout_p}
+              "dropout_p": self.dropout_p, "qkv_format": self.qkv_format}
         if self.seqlens is not None:
             kw["seqlens_q"] = np.array(self.seqlens[0], np.int32)
             kw["seqlens_kv"] = np.array(self.seqlens[1], np.int32)
@@ -67,6 +78,9 @@ CASES = [
     Case("dropout", 2, 66, 66, 2, 1, 16, "causal", dropout_p=0.25),
     Case("dv_differs_scale", 1, 40, 40, 2, 2, 16, "no_mask", d_v=24, softmax_scale=0.3),
     Case("bf16", 2, 70, 70, 2, 1, 32, "causal", dtype="bfloat16"),
+    Case("sbhd_gqa_padding", 2, 33, 40, 4, 2, 8, "padding_causal_bottom_right", seqlens=((33, 20), (40, 31)),
+         qkv_format="sbhd"),
+    Case("sbhd_dropout_bf16", 2, 20, 20, 2, 1, 16, "causal", dropout_p=0.5, dtype="bfloat16", qkv_format="sbhd"),
     Case("fp16_padding", 2, 33, 33, 2, 2, 16, "padding_causal", seqlens=((33, 10), (33, 12)), dtype="float16"),
 ]
 CASE_IDS = [c.name for c in CASES]

@@ -1,5 +1,5 @@
 """The attention family: scaled dot-product attention forward and backward (high precision,
-layout bshd), with TE's mask types, sliding windows, GQA/MQA and dropout of the probabilities.
+layouts bshd and sbhd), with TE's mask types, sliding windows, GQA/MQA and dropout of the probabilities.
 
 Each op is one :class:`OpDef`; both frontends call ``OP.plan(...)`` and never restate a shape, a
 check or an error text. Numerics: docs/attention.md (blocked online softmax, fp32 logsumexp saved
@@ -24,6 +24,8 @@ MASK_TYPES = {
     "causal_bottom_right": 4,
     "padding_causal_bottom_right": 5,
 }
+# qkv_format -> TweAttentionLayout.
+LAYOUTS = {"bshd": 0, "sbhd": 1}
 PADDING_MASKS = ("padding", "padding_causal", "padding_causal_bottom_right")
 CAUSAL_MASKS = ("causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right")
 
@@ -69,18 +71,32 @@ def resolve_scale(op: str, softmax_scale: Any, head_dim: Any) -> float:
     return float(softmax_scale)
 
 
-def _check_qkv(op: str, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta) -> None:
+def _check_format(op: str, qkv_format: Any) -> None:
+    if qkv_format == "thd":
+        fail(op, ValueError, "qkv_format 'thd' (packed sequences with cu_seqlens_q / cu_seqlens_kv) is not supported "
+             "yet: use 'bshd' or 'sbhd' with seqlens_q / seqlens_kv and a padding mask type")
+    if not isinstance(qkv_format, str) or qkv_format not in LAYOUTS:
+        fail(op, ValueError, f"qkv_format must be 'bshd' or 'sbhd', got {qkv_format!r}")
+
+
+def batch_seq(shape: tuple[Any, ...], qkv_format: str) -> tuple[Any, Any]:
+    """(batch, seq) of a 4-D q/k/v/out shape in layout qkv_format."""
+    return (shape[1], shape[0]) if qkv_format == "sbhd" else (shape[0], shape[1])
+
+
+def _check_qkv(op: str, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, qkv_format: str) -> None:
+    dims = "(seq, batch, heads, head_dim)" if qkv_format == "sbhd" else "(batch, seq, heads, head_dim)"
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t is None:
             fail(op, TypeError, f"{name} is required")
         if t.dtype not in HIGH_PRECISION:
             fail(op, TypeError, f"{name} must be float32, bfloat16 or float16, got {t.dtype}")
         if len(t.shape) != 4:
-            fail(op, ValueError, f"{name} must be 4-D (batch, seq, heads, head_dim) (layout bshd), "
-                 f"got shape {tuple(t.shape)}")
+            fail(op, ValueError, f"{name} must be 4-D {dims} (layout {qkv_format}), got shape {tuple(t.shape)}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         fail(op, TypeError, f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
+    if batch_seq(k.shape, qkv_format)[0] != batch_seq(q.shape, qkv_format)[0] \
+            or batch_seq(v.shape, qkv_format)[0] != batch_seq(q.shape, qkv_format)[0]:
         fail(op, ValueError, f"q, k and v must have one batch size, got shapes {tuple(q.shape)}, {tuple(k.shape)}, "
              f"{tuple(v.shape)}")
     if tuple(v.shape[:3]) != tuple(k.shape[:3]):
@@ -96,7 +112,7 @@ def _check_qkv(op: str, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta) -> None:
              f"(GQA groups, {kv_heads})")
 
 
-def _check_seqlens(op: str, mask_type: str, q: ArrayMeta, seqlens_q: ArrayMeta | None,
+def _check_seqlens(op: str, mask_type: str, batch: Any, seqlens_q: ArrayMeta | None,
                    seqlens_kv: ArrayMeta | None) -> None:
     for name, lens in (("seqlens_q", seqlens_q), ("seqlens_kv", seqlens_kv)):
         if lens is None:
@@ -106,8 +122,8 @@ def _check_seqlens(op: str, mask_type: str, q: ArrayMeta, seqlens_q: ArrayMeta |
                  f"got mask_type {mask_type!r}")
         if lens.dtype != "int32":
             fail(op, TypeError, f"{name} must have dtype int32, got {lens.dtype}")
-        if tuple(lens.shape) != (q.shape[0],):
-            fail(op, ValueError, f"{name} must have shape (batch,) = {(q.shape[0],)} (one length per sequence), "
+        if tuple(lens.shape) != (batch,):
+            fail(op, ValueError, f"{name} must have shape (batch,) = {(batch,)} (one length per sequence), "
                  f"got {tuple(lens.shape)}")
 
 
@@ -127,11 +143,12 @@ def _check_dropout(op: str, dropout_p: Any, rng: ArrayMeta | None) -> None:
 
 
 def _validate_common(op: str, q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p,
-                     rng) -> None:
-    _check_qkv(op, q, k, v)
+                     rng, qkv_format) -> None:
+    _check_format(op, qkv_format)
+    _check_qkv(op, q, k, v, qkv_format)
     _check_mask_type(op, mask_type)
     resolve_window(op, mask_type, window_size)
-    _check_seqlens(op, mask_type, q, seqlens_q, seqlens_kv)
+    _check_seqlens(op, mask_type, batch_seq(q.shape, qkv_format)[0], seqlens_q, seqlens_kv)
     resolve_scale(op, softmax_scale, q.shape[3])
     _check_dropout(op, dropout_p, rng)
 
@@ -147,10 +164,10 @@ def _optional_inputs(seqlens_q, seqlens_kv, dropout_p) -> tuple[str, ...]:
     return names
 
 
-def _attrs(op: str, q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p
+def _attrs(op: str, q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p, qkv_format
            ) -> tuple[tuple[str, int | float], ...]:
     left, right = resolve_window(op, mask_type, window_size)
-    return (("mask_type", MASK_TYPES[mask_type]), ("window_left", left), ("window_right", right),
+    return (("layout", LAYOUTS[qkv_format]), ("mask_type", MASK_TYPES[mask_type]), ("window_left", left), ("window_right", right),
             ("softmax_scale", resolve_scale(op, softmax_scale, q.shape[3])), ("dropout_p", float(dropout_p)),
             ("has_seqlens_q", int(seqlens_q is not None)), ("has_seqlens_kv", int(seqlens_kv is not None)),
             ("has_rng", int(dropout_p > 0.0)))
@@ -160,35 +177,39 @@ def _attrs(op: str, q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_sc
 
 def _validate_fwd(q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, mask_type: str, window_size=None,
                   seqlens_q: ArrayMeta | None = None, seqlens_kv: ArrayMeta | None = None, softmax_scale=None,
-                  dropout_p: float = 0.0, rng: ArrayMeta | None = None) -> None:
+                  dropout_p: float = 0.0, rng: ArrayMeta | None = None, qkv_format: str = "bshd") -> None:
     _validate_common("attention_fwd", q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale,
-                     dropout_p, rng)
+                     dropout_p, rng, qkv_format)
 
 
 def _infer_fwd(q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, mask_type: str, window_size=None,
                seqlens_q: ArrayMeta | None = None, seqlens_kv: ArrayMeta | None = None, softmax_scale=None,
-               dropout_p: float = 0.0, rng: ArrayMeta | None = None) -> KernelCall:
-    b, sq, h, _ = q.shape
+               dropout_p: float = 0.0, rng: ArrayMeta | None = None, qkv_format: str = "bshd") -> KernelCall:
+    b, sq = batch_seq(q.shape, qkv_format)
+    h = q.shape[2]
     return KernelCall(
         op="attention_fwd",
         inputs=("q", "k", "v") + _optional_inputs(seqlens_q, seqlens_kv, dropout_p),
-        outputs=(TensorSpec("out", (b, sq, h, v.shape[3]), q.dtype), TensorSpec("lse", (b, h, sq), "float32")),
-        attrs=_attrs("attention_fwd", q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p),
+        outputs=(TensorSpec("out", (q.shape[0], q.shape[1], h, v.shape[3]), q.dtype),
+                 TensorSpec("lse", (b, h, sq), "float32")),
+        attrs=_attrs("attention_fwd", q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p,
+                     qkv_format),
     )
 
 
 ATTENTION_FWD = OpDef(
     name="attention_fwd",
     args=("q", "k", "v", "seqlens_q", "seqlens_kv", "rng"),
-    attrs=("mask_type", "window_size", "softmax_scale", "dropout_p"),
+    attrs=("mask_type", "window_size", "softmax_scale", "dropout_p", "qkv_format"),
     validate=_validate_fwd,
     infer=_infer_fwd,
 )
 """attention_fwd(q, k, v, mask_type, window_size=None, seqlens_q=None, seqlens_kv=None,
-softmax_scale=None, dropout_p=0.0, rng=None) -> out, lse.
+softmax_scale=None, dropout_p=0.0, rng=None, qkv_format="bshd") -> out, lse.
 
-Shapes: q (B, S_q, H, D); k (B, S_kv, H_kv, D); v (B, S_kv, H_kv, D_v), H % H_kv == 0;
-    seqlens_q / seqlens_kv int32 (B,) (padding types only); out (B, S_q, H, D_v); lse (B, H, S_q).
+Shapes: q (B, S_q, H, D); k (B, S_kv, H_kv, D); v (B, S_kv, H_kv, D_v), H % H_kv == 0 (sbhd:
+    the first two dimensions swapped, also for out); seqlens_q / seqlens_kv int32 (B,) (padding
+    types only); out (B, S_q, H, D_v); lse (B, H, S_q).
 Dtypes: q, k, v one of float32 / bfloat16 / float16; out q's dtype; lse float32.
 Numerics: docs/attention.md.
 """
@@ -199,11 +220,13 @@ Numerics: docs/attention.md.
 def _validate_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out: ArrayMeta, lse: ArrayMeta,
                   mask_type: str, window_size=None, seqlens_q: ArrayMeta | None = None,
                   seqlens_kv: ArrayMeta | None = None, softmax_scale=None, dropout_p: float = 0.0,
-                  rng: ArrayMeta | None = None) -> None:
+                  rng: ArrayMeta | None = None, qkv_format: str = "bshd") -> None:
     op = "attention_bwd"
-    _validate_common(op, q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p, rng)
-    b, sq, h, _ = q.shape
-    out_shape = (b, sq, h, v.shape[3])
+    _validate_common(op, q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p, rng,
+                     qkv_format)
+    b, sq = batch_seq(q.shape, qkv_format)
+    h = q.shape[2]
+    out_shape = (q.shape[0], q.shape[1], h, v.shape[3])
     for name, t in (("dout", dout), ("out", out)):
         if t is None:
             fail(op, TypeError, f"{name} is required")
@@ -222,29 +245,30 @@ def _validate_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out
 def _infer_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out: ArrayMeta, lse: ArrayMeta,
                mask_type: str, window_size=None, seqlens_q: ArrayMeta | None = None,
                seqlens_kv: ArrayMeta | None = None, softmax_scale=None, dropout_p: float = 0.0,
-               rng: ArrayMeta | None = None) -> KernelCall:
+               rng: ArrayMeta | None = None, qkv_format: str = "bshd") -> KernelCall:
     return KernelCall(
         op="attention_bwd",
         inputs=("dout", "q", "k", "v", "out", "lse") + _optional_inputs(seqlens_q, seqlens_kv, dropout_p),
         outputs=(TensorSpec("dq", tuple(q.shape), q.dtype), TensorSpec("dk", tuple(k.shape), k.dtype),
                  TensorSpec("dv", tuple(v.shape), v.dtype)),
-        attrs=_attrs("attention_bwd", q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p),
+        attrs=_attrs("attention_bwd", q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p,
+                     qkv_format),
     )
 
 
 ATTENTION_BWD = OpDef(
     name="attention_bwd",
     args=("dout", "q", "k", "v", "out", "lse", "seqlens_q", "seqlens_kv", "rng"),
-    attrs=("mask_type", "window_size", "softmax_scale", "dropout_p"),
+    attrs=("mask_type", "window_size", "softmax_scale", "dropout_p", "qkv_format"),
     validate=_validate_bwd,
     infer=_infer_bwd,
 )
 """attention_bwd(dout, q, k, v, out, lse, mask_type, window_size=None, seqlens_q=None,
-seqlens_kv=None, softmax_scale=None, dropout_p=0.0, rng=None) -> dq, dk, dv.
+seqlens_kv=None, softmax_scale=None, dropout_p=0.0, rng=None, qkv_format="bshd") -> dq, dk, dv.
 
 Shapes: dout, out the forward output's; lse (B, H, S_q) float32; dq, dk, dv q's, k's, v's shapes
     and dtypes. The mask, window, scale, dropout and rng must be the forward's.
 """
 
-__all__ = ["ATTENTION_FWD", "ATTENTION_BWD", "MASK_TYPES", "PADDING_MASKS", "CAUSAL_MASKS", "resolve_window",
+__all__ = ["ATTENTION_FWD", "ATTENTION_BWD", "LAYOUTS", "MASK_TYPES", "batch_seq", "PADDING_MASKS", "CAUSAL_MASKS", "resolve_window",
            "resolve_scale"]

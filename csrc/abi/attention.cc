@@ -45,13 +45,17 @@ TweStatus check_common(AttentionArgs& a) {
                                          dtype_name(a.q->dtype));
   }
   if (a.q->ndim != 4 || a.k->ndim != 4 || a.v->ndim != 4) {
-    return fail(kTweInvalidArgument, "q, k and v must be 4-D (layout bshd)");
+    return fail(kTweInvalidArgument, "q, k and v must be 4-D (layout bshd or sbhd)");
   }
-  a.batch = a.q->shape[0];
-  a.seq_q = a.q->shape[1];
+  if (a.params.layout != kTweAttnLayoutBSHD && a.params.layout != kTweAttnLayoutSBHD) {
+    return fail(kTweInvalidArgument, "unknown layout");
+  }
+  const bool sbhd = a.params.layout == kTweAttnLayoutSBHD;
+  a.batch = a.q->shape[sbhd ? 1 : 0];
+  a.seq_q = a.q->shape[sbhd ? 0 : 1];
   a.heads = a.q->shape[2];
   a.head_dim = a.q->shape[3];
-  a.seq_kv = a.k->shape[1];
+  a.seq_kv = a.k->shape[sbhd ? 0 : 1];
   a.kv_heads = a.k->shape[2];
   a.v_dim = a.v->shape[3];
   const TweDevice dev = a.q->device;
@@ -60,9 +64,9 @@ TweStatus check_common(AttentionArgs& a) {
   }
   if (a.head_dim < 1 || a.v_dim < 1) return fail(kTweInvalidArgument, "head dimensions must be >= 1");
   TweStatus st;
-  const int64_t q_shape[4] = {a.batch, a.seq_q, a.heads, a.head_dim};
-  const int64_t k_shape[4] = {a.batch, a.seq_kv, a.kv_heads, a.head_dim};
-  const int64_t v_shape[4] = {a.batch, a.seq_kv, a.kv_heads, a.v_dim};
+  const int64_t q_shape[4] = {sbhd ? a.seq_q : a.batch, sbhd ? a.batch : a.seq_q, a.heads, a.head_dim};
+  const int64_t k_shape[4] = {sbhd ? a.seq_kv : a.batch, sbhd ? a.batch : a.seq_kv, a.kv_heads, a.head_dim};
+  const int64_t v_shape[4] = {sbhd ? a.seq_kv : a.batch, sbhd ? a.batch : a.seq_kv, a.kv_heads, a.v_dim};
   if ((st = check_shape(a.q, "q", a.q->dtype, q_shape, 4, dev)) ||
       (st = check_shape(a.k, "k", a.q->dtype, k_shape, 4, dev)) ||
       (st = check_shape(a.v, "v", a.q->dtype, v_shape, 4, dev)))
@@ -131,7 +135,7 @@ TweStatus twe_attention_fwd(const TweTensorView* q, const TweTensorView* k, cons
   a.stream = stream;
   TweStatus st = check_common(a);
   if (st) return st;
-  const int64_t o_shape[4] = {a.batch, a.seq_q, a.heads, a.v_dim};
+  const int64_t o_shape[4] = {q->shape[0], q->shape[1], a.heads, a.v_dim};
   const int64_t l_shape[3] = {a.batch, a.heads, a.seq_q};
   if ((st = check_shape(out, "out", q->dtype, o_shape, 4, q->device)) ||
       (st = check_shape(lse, "lse", kTweFloat32, l_shape, 3, q->device)))
@@ -155,7 +159,7 @@ TweStatus twe_attention_bwd(const TweTensorView* dout, const TweTensorView* q, c
   a.stream = stream;
   TweStatus st = check_common(a);
   if (st) return st;
-  const int64_t o_shape[4] = {a.batch, a.seq_q, a.heads, a.v_dim};
+  const int64_t o_shape[4] = {q->shape[0], q->shape[1], a.heads, a.v_dim};
   const int64_t l_shape[3] = {a.batch, a.heads, a.seq_q};
   if ((st = check_shape(dout, "dout", q->dtype, o_shape, 4, q->device)) ||
       (st = check_shape(out, "out", q->dtype, o_shape, 4, q->device)) ||

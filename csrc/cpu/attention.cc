@@ -16,9 +16,15 @@ namespace {
 
 constexpr int64_t kKeyBlock = 64;  // docs/attention.md §3: blocks aligned to absolute key positions
 
-/*! The whole view widened exactly to fp32, reordered from (B, S, Hh, Dd) to (B, Hh, S, Dd)
- *  when `to_bhsd`, else kept in its order. */
-std::vector<float> widen(const TweTensorView* v, int64_t b_n, int64_t s_n, int64_t h_n, int64_t d_n, bool to_bhsd) {
+/*! Element offset of (b, s, h, 0) in a (B, S, Hh, Dd) tensor, or (S, B, Hh, Dd) with sbhd. */
+int64_t offset_of(bool sbhd, int64_t b, int64_t s, int64_t b_n, int64_t s_n, int64_t h, int64_t h_n, int64_t d_n) {
+  return ((sbhd ? s * b_n + b : b * s_n + s) * h_n + h) * d_n;
+}
+
+/*! The whole view widened exactly to fp32, in bshd order (from bshd or sbhd), reordered to
+ *  (B, Hh, S, Dd) when `to_bhsd`. */
+std::vector<float> widen(const TweTensorView* v, bool sbhd, int64_t b_n, int64_t s_n, int64_t h_n, int64_t d_n,
+                         bool to_bhsd) {
   std::vector<float> dst(static_cast<size_t>(b_n * s_n * h_n * d_n));
   dispatch_high_precision(v->dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -26,8 +32,8 @@ std::vector<float> widen(const TweTensorView* v, int64_t b_n, int64_t s_n, int64
     for (int64_t b = 0; b < b_n; ++b)
       for (int64_t s = 0; s < s_n; ++s)
         for (int64_t h = 0; h < h_n; ++h) {
-          const int64_t from = ((b * s_n + s) * h_n + h) * d_n;
-          const int64_t to = to_bhsd ? ((b * h_n + h) * s_n + s) * d_n : from;
+          const int64_t from = offset_of(sbhd, b, s, b_n, s_n, h, h_n, d_n);
+          const int64_t to = to_bhsd ? ((b * h_n + h) * s_n + s) * d_n : ((b * s_n + s) * h_n + h) * d_n;
           for (int64_t d = 0; d < d_n; ++d) dst[to + d] = to_float(src[from + d]);
         }
     return kTweSuccess;
@@ -103,11 +109,12 @@ TweStatus attention_fwd(const AttentionArgs& a) {
   ScopedIeeeSubnormals ieee;
   const int64_t B = a.batch, Sq = a.seq_q, Skv = a.seq_kv, H = a.heads, Hkv = a.kv_heads, D = a.head_dim,
                 Dv = a.v_dim, G = H / Hkv;
+  const bool sbhd = a.params.layout == kTweAttnLayoutSBHD;
   const int64_t rows = B * H * Sq;
   if (rows == 0) return kTweSuccess;
-  const std::vector<float> qf = widen(a.q, B, Sq, H, D, false);
-  const std::vector<float> kf = widen(a.k, B, Skv, Hkv, D, true);
-  const std::vector<float> vf = widen(a.v, B, Skv, Hkv, Dv, true);
+  const std::vector<float> qf = widen(a.q, sbhd, B, Sq, H, D, false);
+  const std::vector<float> kf = widen(a.k, sbhd, B, Skv, Hkv, D, true);
+  const std::vector<float> vf = widen(a.v, sbhd, B, Skv, Hkv, Dv, true);
   const Masking mask = masking(a);
   const Dropout drop(a);
   const float s = a.params.softmax_scale;
@@ -116,7 +123,7 @@ TweStatus attention_fwd(const AttentionArgs& a) {
     std::vector<float> scores(kKeyBlock), acc(static_cast<size_t>(Dv));
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / (H * Sq), h = (r / Sq) % H, i = r % Sq, g = h / G;
-      const int64_t out_offset = ((b * Sq + i) * H + h) * Dv;
+      const int64_t out_offset = offset_of(sbhd, b, i, B, Sq, h, H, Dv);
       int64_t lo, hi;
       mask.range(b, i, &lo, &hi);
       std::fill(acc.begin(), acc.end(), 0.0f);
@@ -163,11 +170,12 @@ TweStatus attention_bwd(const AttentionArgs& a) {
   ScopedIeeeSubnormals ieee;
   const int64_t B = a.batch, Sq = a.seq_q, Skv = a.seq_kv, H = a.heads, Hkv = a.kv_heads, D = a.head_dim,
                 Dv = a.v_dim, G = H / Hkv;
-  const std::vector<float> qf = widen(a.q, B, Sq, H, D, false);
-  const std::vector<float> kf = widen(a.k, B, Skv, Hkv, D, true);
-  const std::vector<float> vf = widen(a.v, B, Skv, Hkv, Dv, true);
-  const std::vector<float> dof = widen(a.dout, B, Sq, H, Dv, false);
-  const std::vector<float> of = widen(a.out_in, B, Sq, H, Dv, false);
+  const bool sbhd = a.params.layout == kTweAttnLayoutSBHD;
+  const std::vector<float> qf = widen(a.q, sbhd, B, Sq, H, D, false);
+  const std::vector<float> kf = widen(a.k, sbhd, B, Skv, Hkv, D, true);
+  const std::vector<float> vf = widen(a.v, sbhd, B, Skv, Hkv, Dv, true);
+  const std::vector<float> dof = widen(a.dout, sbhd, B, Sq, H, Dv, false);
+  const std::vector<float> of = widen(a.out_in, sbhd, B, Sq, H, Dv, false);
   const float* lse = static_cast<const float*>(a.lse->data);
   const Masking mask = masking(a);
   const Dropout drop(a);
@@ -212,7 +220,7 @@ TweStatus attention_bwd(const AttentionArgs& a) {
         for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] + ds * k_row[d];
       }
       for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] * s;
-      narrow(acc.data(), D, a.dq, ((b * Sq + i) * H + h) * D);
+      narrow(acc.data(), D, a.dq, offset_of(sbhd, b, i, B, Sq, h, H, D));
     }
   });
   // dk, dv: per (b, kv head g, key j), query heads of the group ascending, rows ascending.
@@ -237,8 +245,8 @@ TweStatus attention_bwd(const AttentionArgs& a) {
         }
       }
       for (int64_t d = 0; d < D; ++d) acc_k[d] = acc_k[d] * s;
-      narrow(acc_k.data(), D, a.dk, ((b * Skv + j) * Hkv + g) * D);
-      narrow(acc_v.data(), Dv, a.dv, ((b * Skv + j) * Hkv + g) * Dv);
+      narrow(acc_k.data(), D, a.dk, offset_of(sbhd, b, j, B, Skv, g, Hkv, D));
+      narrow(acc_v.data(), Dv, a.dv, offset_of(sbhd, b, j, B, Skv, g, Hkv, Dv));
     }
   });
   return kTweSuccess;

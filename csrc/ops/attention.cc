@@ -10,6 +10,7 @@ namespace {
 
 TweAttentionParams attention_params(const Attrs& attrs) {
   TweAttentionParams p{};
+  p.layout = static_cast<TweAttentionLayout>(attrs.get_int("layout"));
   p.mask_type = static_cast<TweAttentionMask>(attrs.get_int("mask_type"));
   p.window_left = attrs.get_int("window_left");
   p.window_right = attrs.get_int("window_right");

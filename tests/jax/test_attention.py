@@ -18,20 +18,24 @@ def _jax_kwargs(kw: dict) -> dict:
     return {name: (jnp.asarray(value) if isinstance(value, np.ndarray) else value) for name, value in kw.items()}
 
 
-@pytest.mark.parametrize("name", ["causal_gqa", "padding_causal_bottom_right", "sliding_window", "dropout", "bf16"])
+@pytest.mark.parametrize("name", ["causal_gqa", "padding_causal_bottom_right", "sliding_window", "dropout", "bf16",
+                                  "sbhd_gqa_padding"])
 def test_attention_matches_emulation_bytes(name):
     case = BY_NAME[name]
-    a, kw = case.inputs(seed=1), case.kwargs()
-    jkw = _jax_kwargs(kw)
+    a = case.inputs(seed=1)
+    jkw = _jax_kwargs(case.kwargs())
     out, lse = ja.attention_fwd(a["q"], a["k"], a["v"], **jkw)
-    want_out, want_lse = ref.attention_fwd_emul(a["q"], a["k"], a["v"], **kw)
-    assert_bytes_equal(np.asarray(out), want_out, f"{name} out")
+    b = {n: case.layout(x) for n, x in a.items()}  # bshd for the reference
+    kw = case.ref_kwargs()
+    want_out, want_lse = ref.attention_fwd_emul(b["q"], b["k"], b["v"], **kw)
+    assert_bytes_equal(np.asarray(out), case.layout(want_out), f"{name} out")
     assert_bytes_equal(np.asarray(lse), want_lse, f"{name} lse")
     grads = ja.attention_bwd(jnp.asarray(a["dout"]), jnp.asarray(a["q"]), jnp.asarray(a["k"]), jnp.asarray(a["v"]),
                              out, lse, **jkw)
-    want = ref.attention_bwd_emul(a["dout"], a["q"], a["k"], a["v"], np.asarray(out), np.asarray(lse), **kw)
+    want = ref.attention_bwd_emul(b["dout"], b["q"], b["k"], b["v"], case.layout(np.asarray(out)), np.asarray(lse),
+                                  **kw)
     for grad_name, got, expect in zip(("dq", "dk", "dv"), grads, want, strict=True):
-        assert_bytes_equal(np.asarray(got), expect, f"{name} {grad_name}")
+        assert_bytes_equal(np.asarray(got), case.layout(expect), f"{name} {grad_name}")
 
 
 def _fwd_bwd(q, k, v, dout, seqlens_kv, rng):

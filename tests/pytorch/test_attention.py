@@ -32,21 +32,26 @@ def _run(case):
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_attention_matches_emulation_bytes(case):
-    a, kw, out, lse, grads = _run(case)
-    want_out, want_lse = ref.attention_fwd_emul(a["q"], a["k"], a["v"], **kw)
-    assert_bytes_equal(from_torch(out), want_out, f"{case.name} out")
+    a, _, out, lse, grads = _run(case)
+    b = {name: case.layout(x) for name, x in a.items()}  # bshd for the reference
+    kw = case.ref_kwargs()
+    want_out, want_lse = ref.attention_fwd_emul(b["q"], b["k"], b["v"], **kw)
+    assert_bytes_equal(from_torch(out), case.layout(want_out), f"{case.name} out")
     assert_bytes_equal(from_torch(lse), want_lse, f"{case.name} lse")
-    want = ref.attention_bwd_emul(a["dout"], a["q"], a["k"], a["v"], from_torch(out), from_torch(lse), **kw)
+    want = ref.attention_bwd_emul(b["dout"], b["q"], b["k"], b["v"], case.layout(from_torch(out)), from_torch(lse),
+                                  **kw)
     for name, got, expect in zip(("dq", "dk", "dv"), grads, want, strict=True):
-        assert_bytes_equal(from_torch(got), expect, f"{case.name} {name}")
+        assert_bytes_equal(from_torch(got), case.layout(expect), f"{case.name} {name}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_attention_close_to_float64(case):
-    a, kw, out, lse, grads = _run(case)
+    a, _, out, lse, grads = _run(case)
+    a = {name: case.layout(x) for name, x in a.items()}  # bshd for the reference
+    kw = case.ref_kwargs()
     tol = TOLERANCE[case.dtype]
     want_out, want_lse = ref.attention_fwd_f64(a["q"], a["k"], a["v"], **kw)
-    np.testing.assert_allclose(from_torch(out).astype(np.float64), want_out, atol=tol, rtol=tol)
+    np.testing.assert_allclose(case.layout(from_torch(out)).astype(np.float64), want_out, atol=tol, rtol=tol)
     got_lse = from_torch(lse).astype(np.float64)
     assert np.array_equal(np.isneginf(got_lse), np.isneginf(want_lse)), "fully masked rows must give lse = -inf"
     finite = np.isfinite(want_lse)
@@ -54,7 +59,8 @@ def test_attention_close_to_float64(case):
     want = ref.attention_bwd_f64(a["dout"], a["q"], a["k"], a["v"], **kw)
     for name, got, expect in zip(("dq", "dk", "dv"), grads, want, strict=True):
         scale = max(1.0, float(np.abs(expect).max()))
-        np.testing.assert_allclose(from_torch(got).astype(np.float64), expect, atol=4 * tol * scale, rtol=4 * tol,
+        np.testing.assert_allclose(case.layout(from_torch(got)).astype(np.float64), expect, atol=4 * tol * scale,
+                                   rtol=4 * tol,
                                    err_msg=f"{case.name} {name}")
 
 
@@ -99,13 +105,15 @@ def test_attention_compiled_matches_eager_without_recompiles_per_length():
 def test_attention_opcheck():
     q, k, v = torch.randn(2, 9, 4, 8), torch.randn(2, 11, 2, 8), torch.randn(2, 11, 2, 8)
     lens = torch.tensor([9, 3], dtype=torch.int32), torch.tensor([11, 0], dtype=torch.int32)
-    args = (q, k, v, *lens, torch.tensor([1, 2]), "padding_causal_bottom_right", -1, 0, 0.35, 0.2)
+    args = (q, k, v, *lens, torch.tensor([1, 2]), "padding_causal_bottom_right", -1, 0, 0.35, 0.2, "bshd")
     torch.library.opcheck(torch.ops.twinengine.attention_fwd.default, args)
     out, lse = torch.ops.twinengine.attention_fwd(*args)
     torch.library.opcheck(torch.ops.twinengine.attention_bwd.default,
                           (torch.randn_like(out), q, k, v, out, lse, *args[3:]))
     torch.library.opcheck(torch.ops.twinengine.attention_fwd.default,
-                          (q.bfloat16(), k.bfloat16(), v.bfloat16(), None, None, None, "no_mask", 2, 2, 0.5, 0.0))
+                          (q.transpose(0, 1).contiguous().bfloat16(), k.transpose(0, 1).contiguous().bfloat16(),
+                           v.transpose(0, 1).contiguous().bfloat16(), None, None, None, "no_mask", 2, 2, 0.5, 0.0,
+                           "sbhd"))
 
 
 def test_attention_seqlens_out_of_range_raise():

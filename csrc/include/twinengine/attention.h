@@ -1,8 +1,9 @@
 /*! \file attention.h
- *  \brief Scaled dot-product attention forward and backward, high precision, layout bshd
- *  (docs/attention.md).
+ *  \brief Scaled dot-product attention forward and backward, high precision, layouts bshd and
+ *  sbhd (docs/attention.md).
  *
- *  q (B, S_q, H, D), k (B, S_kv, H_kv, D), v (B, S_kv, H_kv, D_v), all one dtype (fp32, bf16 or
+ *  bshd: q (B, S_q, H, D), k (B, S_kv, H_kv, D), v (B, S_kv, H_kv, D_v); sbhd swaps the first
+ *  two dimensions of q, k, v, out and the gradients. All one dtype (fp32, bf16 or
  *  fp16, widened exactly; math in fp32), contiguous. H must be a multiple of H_kv (GQA/MQA).
  *  The forward is blocked (64 keys per block) with an online softmax and writes the fp32
  *  logsumexp per query row; the backward recomputes the probabilities from it. No S_q × S_kv
@@ -27,8 +28,15 @@ typedef enum {
   kTweAttnMaskPaddingCausalBottomRight = 5 /*!< bottom-right aligned, per-batch lengths */
 } TweAttentionMask;
 
+/*! \brief Layout of q, k, v, out and their gradients (lse is always (B, H, S_q)). */
+typedef enum {
+  kTweAttnLayoutBSHD = 0, /*!< (batch, seq, heads, head_dim) */
+  kTweAttnLayoutSBHD = 1  /*!< (seq, batch, heads, head_dim) */
+} TweAttentionLayout;
+
 /*! \brief Parameters of an attention call (forward and backward take the same). */
 typedef struct {
+  TweAttentionLayout layout;
   TweAttentionMask mask_type;
   int64_t window_left;   /*!< -1: unbounded; else keys >= i + δ − left */
   int64_t window_right;  /*!< -1: unbounded; else keys <= i + δ + right (0 for causal types) */
@@ -37,7 +45,7 @@ typedef struct {
 } TweAttentionParams;
 
 /*! \brief Attention forward.
- *  \param[in]  q           (B, S_q, H, D).
+ *  \param[in]  q           (B, S_q, H, D) (sbhd: (S_q, B, H, D); likewise below).
  *  \param[in]  k           (B, S_kv, H_kv, D), q's dtype.
  *  \param[in]  v           (B, S_kv, H_kv, D_v), q's dtype.
  *  \param[in]  seqlens_q   int32 (B,) actual query lengths (padding types), or NULL.
