@@ -15,6 +15,7 @@ namespace cpu {
 namespace {
 
 constexpr int64_t kKeyBlock = 64;  // docs/attention.md §3: blocks aligned to absolute key positions
+constexpr int64_t kRowTile = 16;   // query rows sharing a pass over K/V (no effect on any value)
 
 /*! Element offset of (b, s, h, 0) in a (B, S, Hh, Dd) tensor, or (S, B, Hh, Dd) with sbhd. */
 int64_t offset_of(bool sbhd, int64_t b, int64_t s, int64_t b_n, int64_t s_n, int64_t h, int64_t h_n, int64_t d_n) {
@@ -119,48 +120,71 @@ TweStatus attention_fwd(const AttentionArgs& a) {
   const Dropout drop(a);
   const float s = a.params.softmax_scale;
   float* lse = static_cast<float*>(a.lse->data);
-  parallel_for(rows, rows * std::max<int64_t>(Skv, 1) * (D + Dv), [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(kKeyBlock), acc(static_cast<size_t>(Dv));
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t b = r / (H * Sq), h = (r / Sq) % H, i = r % Sq, g = h / G;
-      const int64_t out_offset = offset_of(sbhd, b, i, B, Sq, h, H, Dv);
-      int64_t lo, hi;
-      mask.range(b, i, &lo, &hi);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      if (lo > hi) {  // fully masked row: out = +0, lse = -inf
-        narrow(acc.data(), Dv, a.out, out_offset);
-        lse[(b * H + h) * Sq + i] = -std::numeric_limits<float>::infinity();
-        continue;
-      }
-      const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
+  // Tiles of up to kRowTile consecutive query rows of one (b, h) walk the key blocks together,
+  // so a block of K and V is reused from cache by every row of the tile. Each row keeps its own
+  // state and performs exactly its own steps in its own order (docs/attention.md §3).
+  const int64_t tiles_per_head = ceil_div(Sq, kRowTile), tiles = B * H * tiles_per_head;
+  parallel_for(tiles, rows * std::max<int64_t>(Skv, 1) * (D + Dv), [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(kKeyBlock), acc(static_cast<size_t>(kRowTile * Dv));
+    int64_t lo[kRowTile], hi[kRowTile];
+    float m[kRowTile], l[kRowTile];
+    for (int64_t tile = begin; tile < end; ++tile) {
+      const int64_t b = tile / (H * tiles_per_head), h = (tile / tiles_per_head) % H, g = h / G;
+      const int64_t i0 = (tile % tiles_per_head) * kRowTile, n_rows = std::min(kRowTile, Sq - i0);
       const float* k_head = kf.data() + (b * Hkv + g) * Skv * D;
       const float* v_head = vf.data() + (b * Hkv + g) * Skv * Dv;
-      const uint64_t n_row = static_cast<uint64_t>(((b * H + h) * Sq + i) * Skv);
-      float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-      for (int64_t t = lo / kKeyBlock; t <= hi / kKeyBlock; ++t) {
-        const int64_t j0 = std::max(lo, t * kKeyBlock), j1 = std::min(hi, t * kKeyBlock + kKeyBlock - 1);
-        float m_blk = -std::numeric_limits<float>::infinity();
-        for (int64_t j = j0; j <= j1; ++j) {
-          const float x = numerics::attention_score(q_row, k_head + j * D, D, s);
-          scores[j - j0] = x;
-          m_blk = x > m_blk ? x : m_blk;
+      int64_t t_first = std::numeric_limits<int64_t>::max(), t_last = -1;
+      for (int64_t r = 0; r < n_rows; ++r) {
+        mask.range(b, i0 + r, &lo[r], &hi[r]);
+        m[r] = -std::numeric_limits<float>::infinity();
+        l[r] = 0.0f;
+        if (lo[r] <= hi[r]) {
+          t_first = std::min(t_first, lo[r] / kKeyBlock);
+          t_last = std::max(t_last, hi[r] / kKeyBlock);
         }
-        const float m_new = m_blk > m ? m_blk : m;
-        const float alpha = numerics::attention_rescale(m, m_new);
-        l = l * alpha;
-        for (int64_t d = 0; d < Dv; ++d) acc[d] = acc[d] * alpha;
-        for (int64_t j = j0; j <= j1; ++j) {
-          const float p = numerics::attention_prob(scores[j - j0], m_new);
-          l = l + p;
-          const float pd = drop.apply(p, n_row + static_cast<uint64_t>(j));
-          const float* v_row = v_head + j * Dv;
-          for (int64_t d = 0; d < Dv; ++d) acc[d] = acc[d] + pd * v_row[d];
-        }
-        m = m_new;
       }
-      for (int64_t d = 0; d < Dv; ++d) acc[d] = acc[d] / l;
-      narrow(acc.data(), Dv, a.out, out_offset);
-      lse[(b * H + h) * Sq + i] = numerics::attention_lse(m, l);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t t = t_first; t <= t_last; ++t) {
+        for (int64_t r = 0; r < n_rows; ++r) {
+          const int64_t j0 = std::max(lo[r], t * kKeyBlock), j1 = std::min(hi[r], t * kKeyBlock + kKeyBlock - 1);
+          if (j0 > j1) continue;  // this block holds none of the row's keys
+          const int64_t i = i0 + r;
+          const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
+          float* acc_row = acc.data() + r * Dv;
+          const uint64_t n_row = static_cast<uint64_t>(((b * H + h) * Sq + i) * Skv);
+          float m_blk = -std::numeric_limits<float>::infinity();
+          for (int64_t j = j0; j <= j1; ++j) {
+            const float x = numerics::attention_score(q_row, k_head + j * D, D, s);
+            scores[j - j0] = x;
+            m_blk = x > m_blk ? x : m_blk;
+          }
+          const float m_new = m_blk > m[r] ? m_blk : m[r];
+          const float alpha = numerics::attention_rescale(m[r], m_new);
+          float l_row = l[r] * alpha;
+          for (int64_t d = 0; d < Dv; ++d) acc_row[d] = acc_row[d] * alpha;
+          for (int64_t j = j0; j <= j1; ++j) {
+            const float p = numerics::attention_prob(scores[j - j0], m_new);
+            l_row = l_row + p;
+            const float pd = drop.apply(p, n_row + static_cast<uint64_t>(j));
+            const float* v_row = v_head + j * Dv;
+            for (int64_t d = 0; d < Dv; ++d) acc_row[d] = acc_row[d] + pd * v_row[d];
+          }
+          l[r] = l_row;
+          m[r] = m_new;
+        }
+      }
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const int64_t i = i0 + r;
+        float* acc_row = acc.data() + r * Dv;
+        float* lse_out = lse + (b * H + h) * Sq + i;
+        if (lo[r] > hi[r]) {  // fully masked row: out = +0 (acc stayed 0), lse = -inf
+          *lse_out = -std::numeric_limits<float>::infinity();
+        } else {
+          for (int64_t d = 0; d < Dv; ++d) acc_row[d] = acc_row[d] / l[r];
+          *lse_out = numerics::attention_lse(m[r], l[r]);
+        }
+        narrow(acc_row, Dv, a.out, offset_of(sbhd, b, i, B, Sq, h, H, Dv));
+      }
     }
   });
   return kTweSuccess;
