@@ -167,7 +167,8 @@ def _optional_inputs(seqlens_q, seqlens_kv, dropout_p) -> tuple[str, ...]:
 def _attrs(op: str, q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p, qkv_format
            ) -> tuple[tuple[str, int | float], ...]:
     left, right = resolve_window(op, mask_type, window_size)
-    return (("layout", LAYOUTS[qkv_format]), ("mask_type", MASK_TYPES[mask_type]), ("window_left", left), ("window_right", right),
+    return (("layout", LAYOUTS[qkv_format]), ("mask_type", MASK_TYPES[mask_type]), ("window_left", left),
+            ("window_right", right),
             ("softmax_scale", resolve_scale(op, softmax_scale, q.shape[3])), ("dropout_p", float(dropout_p)),
             ("has_seqlens_q", int(seqlens_q is not None)), ("has_seqlens_kv", int(seqlens_kv is not None)),
             ("has_rng", int(dropout_p > 0.0)))
@@ -270,5 +271,6 @@ Shapes: dout, out the forward output's; lse (B, H, S_q) float32; dq, dk, dv q's,
     and dtypes. The mask, window, scale, dropout and rng must be the forward's.
 """
 
-__all__ = ["ATTENTION_FWD", "ATTENTION_BWD", "LAYOUTS", "MASK_TYPES", "batch_seq", "PADDING_MASKS", "CAUSAL_MASKS", "resolve_window",
+__all__ = ["ATTENTION_FWD", "ATTENTION_BWD", "LAYOUTS", "MASK_TYPES", "batch_seq", "PADDING_MASKS", "CAUSAL_MASKS",
+           "resolve_window",
            "resolve_scale"]

@@ -229,48 +229,78 @@ TweStatus attention_bwd(const AttentionArgs& a) {
     *p_dropped = drop.apply(p, n);
     return numerics::attention_dscore(p, dp, delta[row]);
   };
-  // dq: per row, keys ascending.
-  parallel_for(rows, rows * std::max<int64_t>(Skv, 1) * (D + Dv), [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(static_cast<size_t>(D));
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t b = r / (H * Sq), h = (r / Sq) % H, i = r % Sq, g = h / G;
-      int64_t lo, hi;
-      mask.range(b, i, &lo, &hi);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = lo; j <= hi; ++j) {
-        float unused;
-        const float ds = pair(b, h, i, j, &unused);
-        const float* k_row = kf.data() + ((b * Hkv + g) * Skv + j) * D;
-        for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] + ds * k_row[d];
+  // dq: per row, keys ascending. Tiles of kRowTile rows of one (b, h) walk the keys in blocks
+  // of kKeyBlock together (cache reuse of K / V); each row's accumulation order is unchanged.
+  const int64_t tiles_per_head = ceil_div(Sq, kRowTile);
+  parallel_for(B * H * tiles_per_head, rows * std::max<int64_t>(Skv, 1) * (D + Dv), [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(static_cast<size_t>(kRowTile * D));
+    int64_t lo[kRowTile], hi[kRowTile];
+    for (int64_t tile = begin; tile < end; ++tile) {
+      const int64_t b = tile / (H * tiles_per_head), h = (tile / tiles_per_head) % H, g = h / G;
+      const int64_t i0 = (tile % tiles_per_head) * kRowTile, n_rows = std::min(kRowTile, Sq - i0);
+      int64_t j_first = Skv, j_last = -1;
+      for (int64_t r = 0; r < n_rows; ++r) {
+        mask.range(b, i0 + r, &lo[r], &hi[r]);
+        if (lo[r] <= hi[r]) {
+          j_first = std::min(j_first, lo[r]);
+          j_last = std::max(j_last, hi[r]);
+        }
       }
-      for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] * s;
-      narrow(acc.data(), D, a.dq, offset_of(sbhd, b, i, B, Sq, h, H, D));
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t t0 = j_first; t0 <= j_last; t0 += kKeyBlock) {
+        for (int64_t r = 0; r < n_rows; ++r) {
+          const int64_t j0 = std::max(lo[r], t0), j1 = std::min(hi[r], t0 + kKeyBlock - 1);
+          float* acc_row = acc.data() + r * D;
+          for (int64_t j = j0; j <= j1; ++j) {
+            float unused;
+            const float ds = pair(b, h, i0 + r, j, &unused);
+            const float* k_row = kf.data() + ((b * Hkv + g) * Skv + j) * D;
+            for (int64_t d = 0; d < D; ++d) acc_row[d] = acc_row[d] + ds * k_row[d];
+          }
+        }
+      }
+      for (int64_t r = 0; r < n_rows; ++r) {
+        float* acc_row = acc.data() + r * D;
+        for (int64_t d = 0; d < D; ++d) acc_row[d] = acc_row[d] * s;
+        narrow(acc_row, D, a.dq, offset_of(sbhd, b, i0 + r, B, Sq, h, H, D));
+      }
     }
   });
-  // dk, dv: per (b, kv head g, key j), query heads of the group ascending, rows ascending.
-  const int64_t keys = B * Hkv * Skv;
-  parallel_for(keys, std::max<int64_t>(keys, 1) * G * Sq * (D + Dv), [&](int64_t begin, int64_t end) {
-    std::vector<float> acc_k(static_cast<size_t>(D)), acc_v(static_cast<size_t>(Dv));
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t b = r / (Hkv * Skv), g = (r / Skv) % Hkv, j = r % Skv;
+  // dk, dv: per (b, kv head g, key j), query heads of the group ascending, rows ascending. Tiles
+  // of kRowTile keys of one (b, g) share each pass over the rows; each key's order is unchanged.
+  const int64_t key_tiles_per_head = ceil_div(Skv, kRowTile);
+  parallel_for(B * Hkv * key_tiles_per_head, std::max<int64_t>(B * Hkv * Skv, 1) * G * Sq * (D + Dv),
+               [&](int64_t begin, int64_t end) {
+    std::vector<float> acc_k(static_cast<size_t>(kRowTile * D)), acc_v(static_cast<size_t>(kRowTile * Dv));
+    for (int64_t tile = begin; tile < end; ++tile) {
+      const int64_t b = tile / (Hkv * key_tiles_per_head), g = (tile / key_tiles_per_head) % Hkv;
+      const int64_t j0 = (tile % key_tiles_per_head) * kRowTile, n_keys = std::min(kRowTile, Skv - j0);
       std::fill(acc_k.begin(), acc_k.end(), 0.0f);
       std::fill(acc_v.begin(), acc_v.end(), 0.0f);
       for (int64_t h = g * G; h < (g + 1) * G; ++h) {
         for (int64_t i = 0; i < Sq; ++i) {
           int64_t lo, hi;
           mask.range(b, i, &lo, &hi);
-          if (j < lo || j > hi) continue;
-          float p_dropped;
-          const float ds = pair(b, h, i, j, &p_dropped);
+          const int64_t k_first = std::max(lo, j0), k_last = std::min(hi, j0 + n_keys - 1);
+          if (k_first > k_last) continue;
           const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
           const float* do_row = dof.data() + ((b * Sq + i) * H + h) * Dv;
-          for (int64_t d = 0; d < D; ++d) acc_k[d] = acc_k[d] + ds * q_row[d];
-          for (int64_t d = 0; d < Dv; ++d) acc_v[d] = acc_v[d] + p_dropped * do_row[d];
+          for (int64_t j = k_first; j <= k_last; ++j) {
+            float p_dropped;
+            const float ds = pair(b, h, i, j, &p_dropped);
+            float* ak = acc_k.data() + (j - j0) * D;
+            float* av = acc_v.data() + (j - j0) * Dv;
+            for (int64_t d = 0; d < D; ++d) ak[d] = ak[d] + ds * q_row[d];
+            for (int64_t d = 0; d < Dv; ++d) av[d] = av[d] + p_dropped * do_row[d];
+          }
         }
       }
-      for (int64_t d = 0; d < D; ++d) acc_k[d] = acc_k[d] * s;
-      narrow(acc_k.data(), D, a.dk, offset_of(sbhd, b, j, B, Skv, g, Hkv, D));
-      narrow(acc_v.data(), Dv, a.dv, offset_of(sbhd, b, j, B, Skv, g, Hkv, Dv));
+      for (int64_t jj = 0; jj < n_keys; ++jj) {
+        float* ak = acc_k.data() + jj * D;
+        for (int64_t d = 0; d < D; ++d) ak[d] = ak[d] * s;
+        narrow(ak, D, a.dk, offset_of(sbhd, b, j0 + jj, B, Skv, g, Hkv, D));
+        narrow(acc_v.data() + jj * Dv, Dv, a.dv, offset_of(sbhd, b, j0 + jj, B, Skv, g, Hkv, Dv));
+      }
     }
   });
   return kTweSuccess;

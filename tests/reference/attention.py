@@ -295,8 +295,8 @@ def attention_bwd_emul(dout, q, k, v, out, lse, *, mask_type, window_size=None, 
             pd[..., j] = np.where(vis[..., j], pdj, F(0))
     acc_q = np.zeros((b, h, s_q, d), F)
     for j in range(s_kv):
-        acc_q = np.where(vis[..., j][..., None], acc_q + (ds[..., j][..., None] * k32[:, :, j][:, :, None, :]).astype(F),
-                         acc_q).astype(F)
+        term = (ds[..., j][..., None] * k32[:, :, j][:, :, None, :]).astype(F)
+        acc_q = np.where(vis[..., j][..., None], acc_q + term, acc_q).astype(F)
     dq = (acc_q * scale).astype(F)
     acc_k = np.zeros((b, h_kv, s_kv, d), F)
     acc_v = np.zeros((b, h_kv, s_kv, d_v), F)
