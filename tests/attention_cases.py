@@ -89,3 +89,43 @@ BY_NAME = {c.name: c for c in CASES}
 # Tolerance against the float64 reference: fp32 inputs/outputs carry fp32 rounding of scores,
 # exp/log (<= 2 ulp) and sequential sums; bf16/fp16 outputs are rounded to their dtype last.
 TOLERANCE = {"float32": 2e-5, "bfloat16": 2e-2, "float16": 4e-3}
+
+
+@dataclasses.dataclass(frozen=True)
+class ThdCase:
+    """Packed (thd) sequences: cu_seqlens offsets; tokens past the last offset are unused."""
+    name: str
+    cu_q: tuple[int, ...]
+    cu_kv: tuple[int, ...]
+    t_q: int
+    t_kv: int
+    heads: int
+    kv_heads: int
+    d: int
+    mask_type: str
+    window_size: tuple[int, int] | None = None
+    dropout_p: float = 0.0
+
+    def inputs(self, seed: int = 0) -> dict:
+        rng = np.random.default_rng(seed)
+        return {"q": rng.standard_normal((self.t_q, self.heads, self.d)).astype(np.float32),
+                "k": rng.standard_normal((self.t_kv, self.kv_heads, self.d)).astype(np.float32),
+                "v": rng.standard_normal((self.t_kv, self.kv_heads, self.d)).astype(np.float32),
+                "dout": rng.standard_normal((self.t_q, self.heads, self.d)).astype(np.float32)}
+
+    def kwargs(self) -> dict:
+        kw = {"mask_type": self.mask_type, "window_size": self.window_size, "dropout_p": self.dropout_p,
+              "qkv_format": "thd", "cu_seqlens_q": np.array(self.cu_q, np.int32),
+              "cu_seqlens_kv": np.array(self.cu_kv, np.int32)}
+        if self.dropout_p > 0:
+            kw["rng"] = np.array([99, 1], np.int64)
+        return kw
+
+
+THD_CASES = [
+    ThdCase("padding_gqa", (0, 30, 30, 100), (0, 40, 45, 110), 100, 110, 4, 2, 16, "padding"),
+    ThdCase("padding_causal_unused_tail", (0, 7, 70), (0, 7, 70), 80, 75, 2, 2, 8, "padding_causal"),
+    ThdCase("bottom_right_window_dropout", (0, 20, 90), (0, 50, 100), 90, 100, 2, 1, 8,
+            "padding_causal_bottom_right", window_size=(9, 0), dropout_p=0.2),
+]
+THD_IDS = [c.name for c in THD_CASES]

@@ -25,7 +25,7 @@ MASK_TYPES = {
     "padding_causal_bottom_right": 5,
 }
 # qkv_format -> TweAttentionLayout.
-LAYOUTS = {"bshd": 0, "sbhd": 1}
+LAYOUTS = {"bshd": 0, "sbhd": 1, "thd": 2}
 PADDING_MASKS = ("padding", "padding_causal", "padding_causal_bottom_right")
 CAUSAL_MASKS = ("causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right")
 
@@ -72,27 +72,40 @@ def resolve_scale(op: str, softmax_scale: Any, head_dim: Any) -> float:
 
 
 def _check_format(op: str, qkv_format: Any) -> None:
-    if qkv_format == "thd":
-        fail(op, ValueError, "qkv_format 'thd' (packed sequences with cu_seqlens_q / cu_seqlens_kv) is not supported "
-             "yet: use 'bshd' or 'sbhd' with seqlens_q / seqlens_kv and a padding mask type")
     if not isinstance(qkv_format, str) or qkv_format not in LAYOUTS:
-        fail(op, ValueError, f"qkv_format must be 'bshd' or 'sbhd', got {qkv_format!r}")
+        fail(op, ValueError, f"qkv_format must be 'bshd', 'sbhd' or 'thd', got {qkv_format!r}")
 
 
 def batch_seq(shape: tuple[Any, ...], qkv_format: str) -> tuple[Any, Any]:
-    """(batch, seq) of a 4-D q/k/v/out shape in layout qkv_format."""
+    """(batch, seq) of a q/k/v/out shape in layout qkv_format (thd: one batch of T tokens)."""
+    if qkv_format == "thd":
+        return 1, shape[0]
     return (shape[1], shape[0]) if qkv_format == "sbhd" else (shape[0], shape[1])
 
 
+def _lift(t: ArrayMeta | None, qkv_format: str) -> ArrayMeta | None:
+    """A thd array as the (1, T, H, D) bshd array of the same memory (the kernel's view)."""
+    if qkv_format != "thd" or t is None:
+        return t
+    return ArrayMeta((1,) + tuple(t.shape), t.dtype)
+
+
+_DIMS = {"bshd": "4-D (batch, seq, heads, head_dim)", "sbhd": "4-D (seq, batch, heads, head_dim)",
+         "thd": "3-D (tokens, heads, head_dim)"}
+
+
 def _check_qkv(op: str, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, qkv_format: str) -> None:
-    dims = "(seq, batch, heads, head_dim)" if qkv_format == "sbhd" else "(batch, seq, heads, head_dim)"
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t is None:
             fail(op, TypeError, f"{name} is required")
         if t.dtype not in HIGH_PRECISION:
             fail(op, TypeError, f"{name} must be float32, bfloat16 or float16, got {t.dtype}")
-        if len(t.shape) != 4:
-            fail(op, ValueError, f"{name} must be 4-D {dims} (layout {qkv_format}), got shape {tuple(t.shape)}")
+        if len(t.shape) != (3 if qkv_format == "thd" else 4):
+            fail(op, ValueError, f"{name} must be {_DIMS[qkv_format]} (layout {qkv_format}), got shape "
+                 f"{tuple(t.shape)}")
+    if qkv_format == "thd":
+        q, k, v = _lift(q, qkv_format), _lift(k, qkv_format), _lift(v, qkv_format)
+        qkv_format = "bshd"
     if k.dtype != q.dtype or v.dtype != q.dtype:
         fail(op, TypeError, f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if batch_seq(k.shape, qkv_format)[0] != batch_seq(q.shape, qkv_format)[0] \
@@ -127,6 +140,32 @@ def _check_seqlens(op: str, mask_type: str, batch: Any, seqlens_q: ArrayMeta | N
                  f"got {tuple(lens.shape)}")
 
 
+def _check_cu_seqlens(op: str, mask_type: str, qkv_format: str, seqlens_q, seqlens_kv, cu_seqlens_q,
+                      cu_seqlens_kv) -> None:
+    if qkv_format != "thd":
+        if cu_seqlens_q is not None or cu_seqlens_kv is not None:
+            fail(op, ValueError, "cu_seqlens_q / cu_seqlens_kv are only used with qkv_format 'thd', "
+                 f"got {qkv_format!r}")
+        return
+    if seqlens_q is not None or seqlens_kv is not None:
+        fail(op, ValueError, "seqlens_q / seqlens_kv are not used with qkv_format 'thd': pass cu_seqlens_q and "
+             "cu_seqlens_kv")
+    if cu_seqlens_q is None or cu_seqlens_kv is None:
+        fail(op, ValueError, "qkv_format 'thd' needs cu_seqlens_q and cu_seqlens_kv (int32 offsets of shape "
+             "(batch + 1,))")
+    if mask_type not in PADDING_MASKS:
+        fail(op, ValueError, f"qkv_format 'thd' needs a padding mask type ({', '.join(PADDING_MASKS)}), "
+             f"got {mask_type!r}")
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_kv", cu_seqlens_kv)):
+        if cu.dtype != "int32":
+            fail(op, TypeError, f"{name} must have dtype int32, got {cu.dtype}")
+        if len(cu.shape) != 1 or cu.shape[0] < 2:
+            fail(op, ValueError, f"{name} must have shape (batch + 1,) with batch >= 1, got {tuple(cu.shape)}")
+    if tuple(cu_seqlens_q.shape) != tuple(cu_seqlens_kv.shape):
+        fail(op, ValueError, f"cu_seqlens_q and cu_seqlens_kv must have one shape (batch + 1,), got "
+             f"{tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_kv.shape)}")
+
+
 def _check_dropout(op: str, dropout_p: Any, rng: ArrayMeta | None) -> None:
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         fail(op, TypeError, f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
@@ -143,18 +182,22 @@ def _check_dropout(op: str, dropout_p: Any, rng: ArrayMeta | None) -> None:
 
 
 def _validate_common(op: str, q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p,
-                     rng, qkv_format) -> None:
+                     rng, qkv_format, cu_seqlens_q, cu_seqlens_kv) -> None:
     _check_format(op, qkv_format)
     _check_qkv(op, q, k, v, qkv_format)
     _check_mask_type(op, mask_type)
     resolve_window(op, mask_type, window_size)
+    _check_cu_seqlens(op, mask_type, qkv_format, seqlens_q, seqlens_kv, cu_seqlens_q, cu_seqlens_kv)
     _check_seqlens(op, mask_type, batch_seq(q.shape, qkv_format)[0], seqlens_q, seqlens_kv)
-    resolve_scale(op, softmax_scale, q.shape[3])
+    resolve_scale(op, softmax_scale, q.shape[-1])
     _check_dropout(op, dropout_p, rng)
 
 
-def _optional_inputs(seqlens_q, seqlens_kv, dropout_p) -> tuple[str, ...]:
+def _optional_inputs(seqlens_q, seqlens_kv, dropout_p, cu_seqlens_q=None, cu_seqlens_kv=None) -> tuple[str, ...]:
+    """Kernel inputs after the fixed ones: the seqlens slots (cu_seqlens with thd), then rng."""
     names = ()
+    if cu_seqlens_q is not None:
+        names += ("cu_seqlens_q", "cu_seqlens_kv")
     if seqlens_q is not None:
         names += ("seqlens_q",)
     if seqlens_kv is not None:
@@ -169,8 +212,9 @@ def _attrs(op: str, q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_sc
     left, right = resolve_window(op, mask_type, window_size)
     return (("layout", LAYOUTS[qkv_format]), ("mask_type", MASK_TYPES[mask_type]), ("window_left", left),
             ("window_right", right),
-            ("softmax_scale", resolve_scale(op, softmax_scale, q.shape[3])), ("dropout_p", float(dropout_p)),
-            ("has_seqlens_q", int(seqlens_q is not None)), ("has_seqlens_kv", int(seqlens_kv is not None)),
+            ("softmax_scale", resolve_scale(op, softmax_scale, q.shape[-1])), ("dropout_p", float(dropout_p)),
+            ("has_seqlens_q", int(seqlens_q is not None or qkv_format == "thd")),
+            ("has_seqlens_kv", int(seqlens_kv is not None or qkv_format == "thd")),
             ("has_rng", int(dropout_p > 0.0)))
 
 
@@ -178,21 +222,24 @@ def _attrs(op: str, q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_sc
 
 def _validate_fwd(q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, mask_type: str, window_size=None,
                   seqlens_q: ArrayMeta | None = None, seqlens_kv: ArrayMeta | None = None, softmax_scale=None,
-                  dropout_p: float = 0.0, rng: ArrayMeta | None = None, qkv_format: str = "bshd") -> None:
+                  dropout_p: float = 0.0, rng: ArrayMeta | None = None, qkv_format: str = "bshd",
+                  cu_seqlens_q: ArrayMeta | None = None, cu_seqlens_kv: ArrayMeta | None = None) -> None:
     _validate_common("attention_fwd", q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale,
-                     dropout_p, rng, qkv_format)
+                     dropout_p, rng, qkv_format, cu_seqlens_q, cu_seqlens_kv)
 
 
 def _infer_fwd(q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, mask_type: str, window_size=None,
                seqlens_q: ArrayMeta | None = None, seqlens_kv: ArrayMeta | None = None, softmax_scale=None,
-               dropout_p: float = 0.0, rng: ArrayMeta | None = None, qkv_format: str = "bshd") -> KernelCall:
+               dropout_p: float = 0.0, rng: ArrayMeta | None = None, qkv_format: str = "bshd",
+               cu_seqlens_q: ArrayMeta | None = None, cu_seqlens_kv: ArrayMeta | None = None) -> KernelCall:
     b, sq = batch_seq(q.shape, qkv_format)
-    h = q.shape[2]
+    h = q.shape[-2]
+    out_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+    lse_shape = (h, sq) if qkv_format == "thd" else (b, h, sq)
     return KernelCall(
         op="attention_fwd",
-        inputs=("q", "k", "v") + _optional_inputs(seqlens_q, seqlens_kv, dropout_p),
-        outputs=(TensorSpec("out", (q.shape[0], q.shape[1], h, v.shape[3]), q.dtype),
-                 TensorSpec("lse", (b, h, sq), "float32")),
+        inputs=("q", "k", "v") + _optional_inputs(seqlens_q, seqlens_kv, dropout_p, cu_seqlens_q, cu_seqlens_kv),
+        outputs=(TensorSpec("out", out_shape, q.dtype), TensorSpec("lse", lse_shape, "float32")),
         attrs=_attrs("attention_fwd", q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p,
                      qkv_format),
     )
@@ -200,7 +247,7 @@ def _infer_fwd(q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, mask_type: str, window_
 
 ATTENTION_FWD = OpDef(
     name="attention_fwd",
-    args=("q", "k", "v", "seqlens_q", "seqlens_kv", "rng"),
+    args=("q", "k", "v", "seqlens_q", "seqlens_kv", "rng", "cu_seqlens_q", "cu_seqlens_kv"),
     attrs=("mask_type", "window_size", "softmax_scale", "dropout_p", "qkv_format"),
     validate=_validate_fwd,
     infer=_infer_fwd,
@@ -221,13 +268,15 @@ Numerics: docs/attention.md.
 def _validate_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out: ArrayMeta, lse: ArrayMeta,
                   mask_type: str, window_size=None, seqlens_q: ArrayMeta | None = None,
                   seqlens_kv: ArrayMeta | None = None, softmax_scale=None, dropout_p: float = 0.0,
-                  rng: ArrayMeta | None = None, qkv_format: str = "bshd") -> None:
+                  rng: ArrayMeta | None = None, qkv_format: str = "bshd", cu_seqlens_q: ArrayMeta | None = None,
+                  cu_seqlens_kv: ArrayMeta | None = None) -> None:
     op = "attention_bwd"
     _validate_common(op, q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p, rng,
-                     qkv_format)
+                     qkv_format, cu_seqlens_q, cu_seqlens_kv)
     b, sq = batch_seq(q.shape, qkv_format)
-    h = q.shape[2]
-    out_shape = (q.shape[0], q.shape[1], h, v.shape[3])
+    h = q.shape[-2]
+    out_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+    lse_shape = (h, sq) if qkv_format == "thd" else (b, h, sq)
     for name, t in (("dout", dout), ("out", out)):
         if t is None:
             fail(op, TypeError, f"{name} is required")
@@ -239,17 +288,19 @@ def _validate_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out
         fail(op, TypeError, "lse is required")
     if lse.dtype != "float32":
         fail(op, TypeError, f"lse must be float32, got {lse.dtype}")
-    if tuple(lse.shape) != (b, h, sq):
-        fail(op, ValueError, f"lse must have shape (batch, heads, seq_q) = {(b, h, sq)}, got {tuple(lse.shape)}")
+    if tuple(lse.shape) != lse_shape:
+        fail(op, ValueError, f"lse must have the forward's shape {lse_shape}, got {tuple(lse.shape)}")
 
 
 def _infer_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out: ArrayMeta, lse: ArrayMeta,
                mask_type: str, window_size=None, seqlens_q: ArrayMeta | None = None,
                seqlens_kv: ArrayMeta | None = None, softmax_scale=None, dropout_p: float = 0.0,
-               rng: ArrayMeta | None = None, qkv_format: str = "bshd") -> KernelCall:
+               rng: ArrayMeta | None = None, qkv_format: str = "bshd", cu_seqlens_q: ArrayMeta | None = None,
+               cu_seqlens_kv: ArrayMeta | None = None) -> KernelCall:
     return KernelCall(
         op="attention_bwd",
-        inputs=("dout", "q", "k", "v", "out", "lse") + _optional_inputs(seqlens_q, seqlens_kv, dropout_p),
+        inputs=("dout", "q", "k", "v", "out", "lse") + _optional_inputs(seqlens_q, seqlens_kv, dropout_p,
+                                                                          cu_seqlens_q, cu_seqlens_kv),
         outputs=(TensorSpec("dq", tuple(q.shape), q.dtype), TensorSpec("dk", tuple(k.shape), k.dtype),
                  TensorSpec("dv", tuple(v.shape), v.dtype)),
         attrs=_attrs("attention_bwd", q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p,
@@ -259,7 +310,7 @@ def _infer_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out: A
 
 ATTENTION_BWD = OpDef(
     name="attention_bwd",
-    args=("dout", "q", "k", "v", "out", "lse", "seqlens_q", "seqlens_kv", "rng"),
+    args=("dout", "q", "k", "v", "out", "lse", "seqlens_q", "seqlens_kv", "rng", "cu_seqlens_q", "cu_seqlens_kv"),
     attrs=("mask_type", "window_size", "softmax_scale", "dropout_p", "qkv_format"),
     validate=_validate_bwd,
     infer=_infer_bwd,

@@ -44,32 +44,38 @@ TweStatus check_common(AttentionArgs& a) {
     return fail(kTweInvalidArgument, std::string("q must be float32, bfloat16 or float16, got ") +
                                          dtype_name(a.q->dtype));
   }
-  if (a.q->ndim != 4 || a.k->ndim != 4 || a.v->ndim != 4) {
-    return fail(kTweInvalidArgument, "q, k and v must be 4-D (layout bshd or sbhd)");
-  }
-  if (a.params.layout != kTweAttnLayoutBSHD && a.params.layout != kTweAttnLayoutSBHD) {
+  if (a.params.layout != kTweAttnLayoutBSHD && a.params.layout != kTweAttnLayoutSBHD &&
+      a.params.layout != kTweAttnLayoutTHD) {
     return fail(kTweInvalidArgument, "unknown layout");
   }
-  const bool sbhd = a.params.layout == kTweAttnLayoutSBHD;
-  a.batch = a.q->shape[sbhd ? 1 : 0];
-  a.seq_q = a.q->shape[sbhd ? 0 : 1];
-  a.heads = a.q->shape[2];
-  a.head_dim = a.q->shape[3];
-  a.seq_kv = a.k->shape[sbhd ? 0 : 1];
-  a.kv_heads = a.k->shape[2];
-  a.v_dim = a.v->shape[3];
+  const bool sbhd = a.params.layout == kTweAttnLayoutSBHD, thd = a.params.layout == kTweAttnLayoutTHD;
+  const int nd = thd ? 3 : 4;
+  if (a.q->ndim != nd || a.k->ndim != nd || a.v->ndim != nd) {
+    return fail(kTweInvalidArgument,
+                thd ? "q, k and v must be 3-D (layout thd)" : "q, k and v must be 4-D (layout bshd or sbhd)");
+  }
+  // thd is bshd with one "batch" of T tokens (the same memory order); the sequences are the
+  // cu_seqlens segments, which the mask keeps apart.
+  a.batch = thd ? 1 : a.q->shape[sbhd ? 1 : 0];
+  a.seq_q = a.q->shape[thd || sbhd ? 0 : 1];
+  a.heads = a.q->shape[nd - 2];
+  a.head_dim = a.q->shape[nd - 1];
+  a.seq_kv = a.k->shape[thd || sbhd ? 0 : 1];
+  a.kv_heads = a.k->shape[nd - 2];
+  a.v_dim = a.v->shape[nd - 1];
   const TweDevice dev = a.q->device;
   if (a.kv_heads < 1 || a.heads % a.kv_heads != 0) {
     return fail(kTweInvalidArgument, "the number of query heads must be a multiple of the number of kv heads");
   }
   if (a.head_dim < 1 || a.v_dim < 1) return fail(kTweInvalidArgument, "head dimensions must be >= 1");
   TweStatus st;
-  const int64_t q_shape[4] = {sbhd ? a.seq_q : a.batch, sbhd ? a.batch : a.seq_q, a.heads, a.head_dim};
-  const int64_t k_shape[4] = {sbhd ? a.seq_kv : a.batch, sbhd ? a.batch : a.seq_kv, a.kv_heads, a.head_dim};
-  const int64_t v_shape[4] = {sbhd ? a.seq_kv : a.batch, sbhd ? a.batch : a.seq_kv, a.kv_heads, a.v_dim};
-  if ((st = check_shape(a.q, "q", a.q->dtype, q_shape, 4, dev)) ||
-      (st = check_shape(a.k, "k", a.q->dtype, k_shape, 4, dev)) ||
-      (st = check_shape(a.v, "v", a.q->dtype, v_shape, 4, dev)))
+  int64_t q_shape[4] = {sbhd ? a.seq_q : a.batch, sbhd ? a.batch : a.seq_q, a.heads, a.head_dim};
+  int64_t k_shape[4] = {sbhd ? a.seq_kv : a.batch, sbhd ? a.batch : a.seq_kv, a.kv_heads, a.head_dim};
+  int64_t v_shape[4] = {sbhd ? a.seq_kv : a.batch, sbhd ? a.batch : a.seq_kv, a.kv_heads, a.v_dim};
+  const int skip = thd ? 1 : 0;  // thd shapes are the last three of (1, T, H, D)
+  if ((st = check_shape(a.q, "q", a.q->dtype, q_shape + skip, nd, dev)) ||
+      (st = check_shape(a.k, "k", a.q->dtype, k_shape + skip, nd, dev)) ||
+      (st = check_shape(a.v, "v", a.q->dtype, v_shape + skip, nd, dev)))
     return st;
   const TweAttentionParams& p = a.params;
   if (p.mask_type < kTweAttnMaskNone || p.mask_type > kTweAttnMaskPaddingCausalBottomRight) {
@@ -80,9 +86,35 @@ TweStatus check_common(AttentionArgs& a) {
     return fail(kTweInvalidArgument, "a causal mask needs window_right == 0");
   }
   if (!(p.dropout_p >= 0.0f && p.dropout_p < 1.0f)) return fail(kTweInvalidArgument, "dropout_p must be in [0, 1)");
+  if (thd) {
+    if (!is_padding(p.mask_type)) return fail(kTweInvalidArgument, "layout thd needs a padding mask type");
+    if (!present(a.seqlens_q) || !present(a.seqlens_kv)) {
+      return fail(kTweInvalidArgument, "layout thd needs cu_seqlens_q and cu_seqlens_kv");
+    }
+    const int64_t n = numel(*a.seqlens_q);
+    if (n < 2) return fail(kTweInvalidArgument, "cu_seqlens_q must have at least 2 elements");
+    const int64_t cu_shape[1] = {n};
+    if ((st = check_shape(a.seqlens_q, "cu_seqlens_q", kTweInt32, cu_shape, 1, dev)) ||
+        (st = check_shape(a.seqlens_kv, "cu_seqlens_kv", kTweInt32, cu_shape, 1, dev)))
+      return st;
+    if (dev == kTweCPU) {
+      for (const TweTensorView* cu : {a.seqlens_q, a.seqlens_kv}) {
+        const bool is_q = cu == a.seqlens_q;
+        const int32_t* data = static_cast<const int32_t*>(cu->data);
+        const int64_t limit = is_q ? a.seq_q : a.seq_kv;
+        bool ok = data[0] >= 0 && data[n - 1] <= limit;
+        for (int64_t i = 1; ok && i < n; ++i) ok = data[i] >= data[i - 1];
+        if (!ok) {
+          return fail(kTweInvalidArgument, std::string(is_q ? "cu_seqlens_q" : "cu_seqlens_kv") +
+                                               " must be non-decreasing offsets in [0, " + std::to_string(limit) +
+                                               "]");
+        }
+      }
+    }
+  }
   const int64_t b_shape[1] = {a.batch};
   for (const TweTensorView* lens : {a.seqlens_q, a.seqlens_kv}) {
-    if (lens == nullptr) continue;
+    if (lens == nullptr || thd) continue;
     const bool is_q = lens == a.seqlens_q;
     const char* name = is_q ? "seqlens_q" : "seqlens_kv";
     if (!is_padding(p.mask_type)) {
@@ -135,10 +167,12 @@ TweStatus twe_attention_fwd(const TweTensorView* q, const TweTensorView* k, cons
   a.stream = stream;
   TweStatus st = check_common(a);
   if (st) return st;
+  const bool thd = params->layout == kTweAttnLayoutTHD;
   const int64_t o_shape[4] = {q->shape[0], q->shape[1], a.heads, a.v_dim};
   const int64_t l_shape[3] = {a.batch, a.heads, a.seq_q};
-  if ((st = check_shape(out, "out", q->dtype, o_shape, 4, q->device)) ||
-      (st = check_shape(lse, "lse", kTweFloat32, l_shape, 3, q->device)))
+  int64_t o_thd[3] = {a.seq_q, a.heads, a.v_dim};
+  if ((st = check_shape(out, "out", q->dtype, thd ? o_thd : o_shape, q->ndim, q->device)) ||
+      (st = check_shape(lse, "lse", kTweFloat32, l_shape + (thd ? 1 : 0), thd ? 2 : 3, q->device)))
     return st;
   st = run_on_device(q->device, a, cpu::attention_fwd, unsupported_cuda);
   return st ? st : succeed();
@@ -159,14 +193,17 @@ TweStatus twe_attention_bwd(const TweTensorView* dout, const TweTensorView* q, c
   a.stream = stream;
   TweStatus st = check_common(a);
   if (st) return st;
+  const bool thd = params->layout == kTweAttnLayoutTHD;
   const int64_t o_shape[4] = {q->shape[0], q->shape[1], a.heads, a.v_dim};
   const int64_t l_shape[3] = {a.batch, a.heads, a.seq_q};
-  if ((st = check_shape(dout, "dout", q->dtype, o_shape, 4, q->device)) ||
-      (st = check_shape(out, "out", q->dtype, o_shape, 4, q->device)) ||
-      (st = check_shape(lse, "lse", kTweFloat32, l_shape, 3, q->device)) ||
-      (st = check_shape(dq, "dq", q->dtype, q->shape, 4, q->device)) ||
-      (st = check_shape(dk, "dk", q->dtype, k->shape, 4, q->device)) ||
-      (st = check_shape(dv, "dv", q->dtype, v->shape, 4, q->device)))
+  int64_t o_thd[3] = {a.seq_q, a.heads, a.v_dim};
+  const int64_t* o_expect = thd ? o_thd : o_shape;
+  if ((st = check_shape(dout, "dout", q->dtype, o_expect, q->ndim, q->device)) ||
+      (st = check_shape(out, "out", q->dtype, o_expect, q->ndim, q->device)) ||
+      (st = check_shape(lse, "lse", kTweFloat32, l_shape + (thd ? 1 : 0), thd ? 2 : 3, q->device)) ||
+      (st = check_shape(dq, "dq", q->dtype, q->shape, q->ndim, q->device)) ||
+      (st = check_shape(dk, "dk", q->dtype, k->shape, q->ndim, q->device)) ||
+      (st = check_shape(dv, "dv", q->dtype, v->shape, q->ndim, q->device)))
     return st;
   st = run_on_device(q->device, a, cpu::attention_bwd, unsupported_cuda);
   return st ? st : succeed();

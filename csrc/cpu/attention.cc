@@ -52,16 +52,38 @@ void narrow(const float* src, int64_t n, TweTensorView* v, int64_t offset) {
   });
 }
 
-/*! The visible key range [lo, hi] of query row i of batch b (empty when lo > hi). */
+/*! The visible key range [lo, hi] of query row i of batch b (empty when lo > hi). With thd
+ *  (cu_q set) the only "batch" is the token buffer: row i is token i, which belongs to the
+ *  sequence s with cu_q[s] <= i < cu_q[s + 1] (none: fully masked), and its range is the
+ *  sequence-local range shifted by cu_kv[s]. */
 struct Masking {
   TweAttentionParams p;
   const int32_t* seqlens_q;
   const int32_t* seqlens_kv;
   int64_t seq_q, seq_kv;
+  const int32_t* cu_q = nullptr;
+  const int32_t* cu_kv = nullptr;
+  int64_t n_seqs = 0;
 
   void range(int64_t b, int64_t i, int64_t* lo, int64_t* hi) const {
-    const int64_t sq = seqlens_q ? seqlens_q[b] : seq_q;
-    const int64_t skv = seqlens_kv ? seqlens_kv[b] : seq_kv;
+    *lo = 0;
+    *hi = -1;
+    if (cu_q) {
+      const int32_t* after = std::upper_bound(cu_q, cu_q + n_seqs + 1, static_cast<int32_t>(i));
+      const int64_t s = (after - cu_q) - 1;  // last s with cu_q[s] <= i
+      if (s < 0 || s >= n_seqs) return;
+      local(i - cu_q[s], cu_q[s + 1] - cu_q[s], cu_kv[s + 1] - cu_kv[s], lo, hi);
+      if (*lo <= *hi) {
+        *lo += cu_kv[s];
+        *hi += cu_kv[s];
+      }
+      return;
+    }
+    local(i, seqlens_q ? seqlens_q[b] : seq_q, seqlens_kv ? seqlens_kv[b] : seq_kv, lo, hi);
+  }
+
+  /*! The range of row i of a sequence of sq queries and skv keys. */
+  void local(int64_t i, int64_t sq, int64_t skv, int64_t* lo, int64_t* hi) const {
     *lo = 0;
     *hi = -1;
     if (i >= sq) return;
@@ -73,8 +95,12 @@ struct Masking {
 };
 
 Masking masking(const AttentionArgs& a) {
-  return Masking{a.params, a.seqlens_q ? static_cast<const int32_t*>(a.seqlens_q->data) : nullptr,
-                 a.seqlens_kv ? static_cast<const int32_t*>(a.seqlens_kv->data) : nullptr, a.seq_q, a.seq_kv};
+  const int32_t* lens_q = a.seqlens_q ? static_cast<const int32_t*>(a.seqlens_q->data) : nullptr;
+  const int32_t* lens_kv = a.seqlens_kv ? static_cast<const int32_t*>(a.seqlens_kv->data) : nullptr;
+  if (a.params.layout == kTweAttnLayoutTHD) {
+    return Masking{a.params, nullptr, nullptr, a.seq_q, a.seq_kv, lens_q, lens_kv, numel(*a.seqlens_q) - 1};
+  }
+  return Masking{a.params, lens_q, lens_kv, a.seq_q, a.seq_kv};
 }
 
 uint32_t rng_word(const TweTensorView& rng, int index) {

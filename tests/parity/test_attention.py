@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from attention_cases import CASE_IDS, CASES
+from attention_cases import CASE_IDS, CASES, THD_CASES, THD_IDS
 from helpers import assert_bytes_equal, from_torch, to_torch
 
 from twinengine.jax._ops import attention as ja
@@ -18,7 +18,7 @@ def _convert(kw: dict, convert) -> dict:
     return {name: (convert(value) if isinstance(value, np.ndarray) else value) for name, value in kw.items()}
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", CASES + THD_CASES, ids=CASE_IDS + THD_IDS)
 def test_attention_bytes_identical_across_frameworks(case):
     a, kw = case.inputs(seed=3), case.kwargs()
     tkw, jkw = _convert(kw, torch.from_numpy), _convert(kw, jnp.asarray)
@@ -38,6 +38,8 @@ def _f32(*shape):
 
 
 _QKV = (_f32(2, 5, 4, 8), _f32(2, 6, 2, 8), _f32(2, 6, 2, 8))
+_THD = (_f32(5, 4, 8), _f32(6, 2, 8), _f32(6, 2, 8))
+_CU = {"cu_seqlens_q": np.array([0, 5], np.int32), "cu_seqlens_kv": np.array([0, 6], np.int32)}
 BAD_CALLS = {
     # name: (op, arrays, kwargs, message fragment)
     "gqa_not_divisible": ("attention_fwd", (_f32(2, 5, 3, 8), _f32(2, 6, 2, 8), _f32(2, 6, 2, 8)),
@@ -53,10 +55,20 @@ BAD_CALLS = {
                             "seqlens_kv must have shape (batch,)"),
     "seqlens_wrong_dtype": ("attention_fwd", _QKV, {"mask_type": "padding", "seqlens_kv": _f32(2)},
                             "seqlens_kv must have dtype int32"),
-    "thd_unsupported": ("attention_fwd", _QKV, {"mask_type": "padding", "qkv_format": "thd"},
-                        "qkv_format 'thd' (packed sequences with cu_seqlens_q / cu_seqlens_kv) is not supported"),
+    "thd_without_cu_seqlens": ("attention_fwd", _THD, {"mask_type": "padding", "qkv_format": "thd"},
+                               "qkv_format 'thd' needs cu_seqlens_q and cu_seqlens_kv"),
+    "thd_not_padding": ("attention_fwd", _THD, {"mask_type": "causal", "qkv_format": "thd", **_CU},
+                        "qkv_format 'thd' needs a padding mask type"),
+    "thd_with_seqlens": ("attention_fwd", _THD, {"mask_type": "padding", "qkv_format": "thd", **_CU,
+                         "seqlens_q": np.array([3], np.int32)}, "not used with qkv_format 'thd'"),
+    "thd_cu_shapes_differ": ("attention_fwd", _THD, {"mask_type": "padding", "qkv_format": "thd",
+                             "cu_seqlens_q": np.array([0, 5], np.int32),
+                             "cu_seqlens_kv": np.array([0, 3, 6], np.int32)}, "must have one shape"),
+    "thd_rank4": ("attention_fwd", _QKV, {"mask_type": "padding", "qkv_format": "thd", **_CU},
+                  "3-D (tokens, heads, head_dim)"),
+    "cu_seqlens_with_bshd": ("attention_fwd", _QKV, {"mask_type": "padding", **_CU}, "only used with qkv_format 'thd'"),
     "format_unknown": ("attention_fwd", _QKV, {"mask_type": "padding", "qkv_format": "bhsd"},
-                       "qkv_format must be 'bshd' or 'sbhd'"),
+                       "qkv_format must be 'bshd', 'sbhd' or 'thd'"),
     "sbhd_batch_mismatch": ("attention_fwd", (_f32(5, 2, 4, 8), _f32(6, 3, 2, 8), _f32(6, 3, 2, 8)),
                             {"mask_type": "no_mask", "qkv_format": "sbhd"}, "one batch size"),
     "rank3": ("attention_fwd", (_f32(5, 4, 8), _f32(6, 2, 8), _f32(6, 2, 8)), {"mask_type": "no_mask"}, "4-D"),
@@ -68,7 +80,7 @@ BAD_CALLS = {
     "dropout_p_one": ("attention_fwd", _QKV, {"mask_type": "no_mask", "dropout_p": 1.0, "rng": np.zeros(2, np.int32)},
                       "dropout_p must be in [0, 1)"),
     "lse_shape": ("attention_bwd", (_f32(2, 5, 4, 8), *_QKV, _f32(2, 5, 4, 8), _f32(2, 5, 4)),
-                  {"mask_type": "no_mask"}, "lse must have shape"),
+                  {"mask_type": "no_mask"}, "lse must have the forward's shape"),
     "dout_shape": ("attention_bwd", (_f32(2, 5, 4, 7), *_QKV, _f32(2, 5, 4, 8), _f32(2, 4, 5)),
                    {"mask_type": "no_mask"}, "dout must have the forward output's shape"),
 }

@@ -9,7 +9,7 @@ import contextlib
 import numpy as np
 import pytest
 import torch
-from attention_cases import BY_NAME, CASE_IDS, CASES, TOLERANCE
+from attention_cases import BY_NAME, CASE_IDS, CASES, THD_CASES, THD_IDS, TOLERANCE
 from helpers import assert_bytes_equal, from_torch, no_recompiles, to_torch
 from reference import attention as ref
 
@@ -83,12 +83,15 @@ def test_attention_dropout_changes_with_rng_and_is_reproducible():
     assert torch.equal(first, again) and not torch.equal(first, other)
 
 
-def _step(q, k, v, dout):
+def _step(q, k, v, dout, cu):
     out, lse = ta.attention_fwd(q, k, v, mask_type="causal")
     dq, dk, dv = ta.attention_bwd(dout, q, k, v, out, lse, mask_type="causal")
     out2, _ = ta.attention_fwd(q, k, v, mask_type="no_mask", window_size=(3, 2), dropout_p=0.1,
                                rng=torch.tensor([5, 6]))
-    return out, lse, dq, dk, dv, out2
+    thd = dict(mask_type="padding_causal", qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu)
+    out3, lse3 = ta.attention_fwd(q[0], k[0], v[0], **thd)
+    dq3 = ta.attention_bwd(dout[0], q[0], k[0], v[0], out3, lse3, **thd)[0]
+    return out, lse, dq, dk, dv, out2, out3, dq3
 
 
 def test_attention_compiled_matches_eager_without_recompiles_per_length():
@@ -96,16 +99,18 @@ def test_attention_compiled_matches_eager_without_recompiles_per_length():
     for seq in (17, 40, 65):
         q, k, v, dout = torch.randn(2, seq, 4, 8), torch.randn(2, seq, 2, 8), torch.randn(2, seq, 2, 8), \
             torch.randn(2, seq, 4, 8)
+        cu = torch.tensor([0, 9, seq], dtype=torch.int32)
         with no_recompiles() if seq != 17 else contextlib.nullcontext():
-            got = fn(q, k, v, dout)
-        for i, (x, y) in enumerate(zip(got, _step(q, k, v, dout), strict=True)):
+            got = fn(q, k, v, dout, cu)
+        for i, (x, y) in enumerate(zip(got, _step(q, k, v, dout, cu), strict=True)):
             assert_bytes_equal(from_torch(x), from_torch(y), f"compiled output {i} seq={seq}")
 
 
 def test_attention_opcheck():
     q, k, v = torch.randn(2, 9, 4, 8), torch.randn(2, 11, 2, 8), torch.randn(2, 11, 2, 8)
     lens = torch.tensor([9, 3], dtype=torch.int32), torch.tensor([11, 0], dtype=torch.int32)
-    args = (q, k, v, *lens, torch.tensor([1, 2]), "padding_causal_bottom_right", -1, 0, 0.35, 0.2, "bshd")
+    args = (q, k, v, *lens, torch.tensor([1, 2]), "padding_causal_bottom_right", -1, 0, 0.35, 0.2, "bshd", None,
+            None)
     torch.library.opcheck(torch.ops.twinengine.attention_fwd.default, args)
     out, lse = torch.ops.twinengine.attention_fwd(*args)
     torch.library.opcheck(torch.ops.twinengine.attention_bwd.default,
@@ -113,10 +118,44 @@ def test_attention_opcheck():
     torch.library.opcheck(torch.ops.twinengine.attention_fwd.default,
                           (q.transpose(0, 1).contiguous().bfloat16(), k.transpose(0, 1).contiguous().bfloat16(),
                            v.transpose(0, 1).contiguous().bfloat16(), None, None, None, "no_mask", 2, 2, 0.5, 0.0,
-                           "sbhd"))
+                           "sbhd", None, None))
+    cu = torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 6, 11], dtype=torch.int32)
+    thd = (q[0], k[0], v[0], None, None, None, "padding_causal", -1, 0, 0.35, 0.0, "thd", *cu)
+    torch.library.opcheck(torch.ops.twinengine.attention_fwd.default, thd)
+    out, lse = torch.ops.twinengine.attention_fwd(*thd)
+    torch.library.opcheck(torch.ops.twinengine.attention_bwd.default, (torch.randn_like(out), *thd[:3], out, lse,
+                                                                        *thd[3:]))
 
 
 def test_attention_seqlens_out_of_range_raise():
     q = torch.randn(2, 5, 2, 8)
     with pytest.raises(ValueError, match=r"seqlens_kv\[1\] = 6 is outside \[0, 5\]"):
         ta.attention_fwd(q, q, q, mask_type="padding", seqlens_kv=torch.tensor([5, 6], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("case", THD_CASES, ids=THD_IDS)
+def test_attention_thd_matches_emulation_and_float64(case):
+    a, kw = case.inputs(), case.kwargs()
+    tkw = _torch_kwargs(kw)
+    q, k, v, dout = (to_torch(a[n]) for n in ("q", "k", "v", "dout"))
+    out, lse = ta.attention_fwd(q, k, v, **tkw)
+    grads = ta.attention_bwd(dout, q, k, v, out, lse, **tkw)
+    assert tuple(out.shape) == (case.t_q, case.heads, case.d) and tuple(lse.shape) == (case.heads, case.t_q)
+    # The references see thd as one bshd batch of packed tokens with a block-diagonal mask.
+    b = {n: x[None] for n, x in a.items()}
+    vis = ref.visible_thd_ref(case.mask_type, case.window_size, case.cu_q, case.cu_kv, case.t_q, case.t_kv)
+    rkw = {"mask_type": case.mask_type, "dropout_p": case.dropout_p, "rng": kw.get("rng"), "visible": vis}
+    want_out, want_lse = ref.attention_fwd_emul(b["q"], b["k"], b["v"], **rkw)
+    assert_bytes_equal(from_torch(out), want_out[0], f"{case.name} out")
+    assert_bytes_equal(from_torch(lse), want_lse[0], f"{case.name} lse")
+    want = ref.attention_bwd_emul(b["dout"], b["q"], b["k"], b["v"], from_torch(out)[None], from_torch(lse)[None],
+                                  **rkw)
+    for name, got, expect in zip(("dq", "dk", "dv"), grads, want, strict=True):
+        assert_bytes_equal(from_torch(got), expect[0], f"{case.name} {name}")
+    f64_out, _ = ref.attention_fwd_f64(b["q"], b["k"], b["v"], **rkw)
+    np.testing.assert_allclose(from_torch(out).astype(np.float64), f64_out[0], atol=2e-5, rtol=2e-5)
+    f64_grads = ref.attention_bwd_f64(b["dout"], b["q"], b["k"], b["v"], **rkw)
+    for name, got, expect in zip(("dq", "dk", "dv"), grads, f64_grads, strict=True):
+        scale = max(1.0, float(np.abs(expect).max()))
+        np.testing.assert_allclose(from_torch(got).astype(np.float64), expect[0], atol=8e-5 * scale, rtol=8e-5,
+                                   err_msg=f"{case.name} {name}")

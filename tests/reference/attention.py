@@ -58,6 +58,19 @@ def visible_ref(mask_type: str, window_size, s_q: int, s_kv: int, seqlens_q=None
     return out
 
 
+def visible_thd_ref(mask_type: str, window_size, cu_seqlens_q, cu_seqlens_kv, t_q: int, t_kv: int) -> np.ndarray:
+    """bool (1, T_q, T_kv) of packed (thd) sequences: sequence s holds query tokens
+    cu_q[s] .. cu_q[s+1] - 1 and key tokens cu_kv[s] .. cu_kv[s+1] - 1; inside a sequence the
+    bshd rule applies with its own lengths; tokens of different sequences never see each other."""
+    out = np.zeros((1, t_q, t_kv), bool)
+    cu_q, cu_kv = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_kv)
+    for s in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = int(cu_q[s]), int(cu_q[s + 1]), int(cu_kv[s]), int(cu_kv[s + 1])
+        if q1 > q0 and k1 > k0:
+            out[0, q0:q1, k0:k1] = visible_ref(mask_type, window_size, q1 - q0, k1 - k0)[0]
+    return out
+
+
 def dropout_keep_ref(shape: tuple[int, int, int, int], p: float, seed: int, offset: int) -> np.ndarray:
     """bool (B, H, S_q, S_kv): probability n = ((b·H + h)·S_q + i)·S_kv + j kept iff word n mod 4
     of Philox4x32-10 (key (seed, 0), counter (floor(n/4) mod 2^32, floor(n/2^34), offset, "ATTN"))
@@ -85,13 +98,15 @@ def _expand_kv(x: np.ndarray, heads: int) -> np.ndarray:
 
 # ---- float64 reference ------------------------------------------------------------------
 
-def _f64_parts(q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p, rng):
+def _f64_parts(q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p, rng, visible=None):
     q64 = np.moveaxis(to_fp32(q).astype(np.float64), 2, 1)  # (B, H, S_q, D)
     b, h, s_q, d = q64.shape
     k64 = _expand_kv(to_fp32(k).astype(np.float64), h)
     v64 = _expand_kv(to_fp32(v).astype(np.float64), h)
     s_kv = k64.shape[2]
-    vis = visible_ref(mask_type, window_size, s_q, s_kv, seqlens_q, seqlens_kv, b)[:, None]
+    if visible is None:
+        visible = visible_ref(mask_type, window_size, s_q, s_kv, seqlens_q, seqlens_kv, b)
+    vis = visible[:, None]
     scale = float(F(_default_scale(d, softmax_scale)))
     scores = np.where(vis, q64 @ np.swapaxes(k64, -1, -2) * scale, -np.inf)
     m = scores.max(-1, keepdims=True)
@@ -109,18 +124,20 @@ def _f64_parts(q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_s
 
 
 def attention_fwd_f64(q, k, v, *, mask_type, window_size=None, seqlens_q=None, seqlens_kv=None, softmax_scale=None,
-                      dropout_p=0.0, rng=None) -> tuple[np.ndarray, np.ndarray]:
-    """(out (B, S_q, H, D_v), lse (B, H, S_q)) in float64; fully masked rows give 0 and -inf."""
+                      dropout_p=0.0, rng=None, visible=None) -> tuple[np.ndarray, np.ndarray]:
+    """(out (B, S_q, H, D_v), lse (B, H, S_q)) in float64; fully masked rows give 0 and -inf.
+    `visible` (B, S_q, S_kv) replaces the mask of mask_type / window / seqlens (thd)."""
     _, _, v64, probs, lse, zs, _ = _f64_parts(q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale,
-                                              dropout_p, rng)
+                                              dropout_p, rng, visible)
     return np.moveaxis((probs * zs) @ v64, 1, 2), lse
 
 
 def attention_bwd_f64(dout, q, k, v, *, mask_type, window_size=None, seqlens_q=None, seqlens_kv=None,
-                      softmax_scale=None, dropout_p=0.0, rng=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      softmax_scale=None, dropout_p=0.0, rng=None, visible=None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dq, dk, dv) in float64 (dk / dv summed over the query heads of each kv group)."""
     q64, k64, v64, probs, _, zs, scale = _f64_parts(q, k, v, mask_type, window_size, seqlens_q, seqlens_kv,
-                                                    softmax_scale, dropout_p, rng)
+                                                    softmax_scale, dropout_p, rng, visible)
     do = np.moveaxis(to_fp32(dout).astype(np.float64), 2, 1)
     pd = probs * zs
     dv_h = np.swapaxes(pd, -1, -2) @ do
@@ -221,14 +238,15 @@ def _scores(q32, k32, j, scale):
 
 
 def attention_fwd_emul(q, k, v, *, mask_type, window_size=None, seqlens_q=None, seqlens_kv=None, softmax_scale=None,
-                       dropout_p=0.0, rng=None) -> tuple[np.ndarray, np.ndarray]:
+                       dropout_p=0.0, rng=None, visible=None) -> tuple[np.ndarray, np.ndarray]:
     """The kernel's exact bytes: (out in q's dtype (B, S_q, H, D_v), lse fp32 (B, H, S_q))."""
     q32, k32, v32 = _rows(q, k, v)
     b, h, s_q, d = q32.shape
     s_kv, d_v = k32.shape[2], v32.shape[3]
     scale = F(_default_scale(d, softmax_scale))
-    vis = np.broadcast_to(visible_ref(mask_type, window_size, s_q, s_kv, seqlens_q, seqlens_kv, b)[:, None],
-                          (b, h, s_q, s_kv))
+    if visible is None:
+        visible = visible_ref(mask_type, window_size, s_q, s_kv, seqlens_q, seqlens_kv, b)
+    vis = np.broadcast_to(visible[:, None], (b, h, s_q, s_kv))
     keep = dropout_keep_ref((b, h, s_q, s_kv), dropout_p, int(rng[0]), int(rng[1])) if dropout_p > 0 else None
     dscale = F(F(1) / (F(1) - F(dropout_p)))
     m = np.full((b, h, s_q), -np.inf, F)
@@ -262,7 +280,8 @@ def attention_fwd_emul(q, k, v, *, mask_type, window_size=None, seqlens_q=None, 
 
 
 def attention_bwd_emul(dout, q, k, v, out, lse, *, mask_type, window_size=None, seqlens_q=None, seqlens_kv=None,
-                       softmax_scale=None, dropout_p=0.0, rng=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       softmax_scale=None, dropout_p=0.0, rng=None, visible=None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The kernel's exact bytes of (dq, dk, dv) (docs/attention.md §4)."""
     dtype = np.asarray(q).dtype.name
     q32, k32, v32 = _rows(q, k, v)
@@ -274,8 +293,9 @@ def attention_bwd_emul(dout, q, k, v, out, lse, *, mask_type, window_size=None, 
     do32 = np.moveaxis(to_fp32(dout), 2, 1)
     o32 = np.moveaxis(to_fp32(out), 2, 1)
     lse = np.asarray(lse, F)
-    vis = np.broadcast_to(visible_ref(mask_type, window_size, s_q, s_kv, seqlens_q, seqlens_kv, b)[:, None],
-                          (b, h, s_q, s_kv))
+    if visible is None:
+        visible = visible_ref(mask_type, window_size, s_q, s_kv, seqlens_q, seqlens_kv, b)
+    vis = np.broadcast_to(visible[:, None], (b, h, s_q, s_kv))
     keep = dropout_keep_ref((b, h, s_q, s_kv), dropout_p, int(rng[0]), int(rng[1])) if dropout_p > 0 else None
     dscale = F(F(1) / (F(1) - F(dropout_p)))
     delta = canonical_sum_ref((do32 * o32).astype(F))

@@ -31,7 +31,10 @@ typedef enum {
 /*! \brief Layout of q, k, v, out and their gradients (lse is always (B, H, S_q)). */
 typedef enum {
   kTweAttnLayoutBSHD = 0, /*!< (batch, seq, heads, head_dim) */
-  kTweAttnLayoutSBHD = 1  /*!< (seq, batch, heads, head_dim) */
+  kTweAttnLayoutSBHD = 1, /*!< (seq, batch, heads, head_dim) */
+  kTweAttnLayoutTHD = 2   /*!< (tokens, heads, head_dim): packed sequences; the seqlens_q /
+                               seqlens_kv inputs are then cu_seqlens (n + 1,) int32 offsets and
+                               lse is (H, T_q) */
 } TweAttentionLayout;
 
 /*! \brief Parameters of an attention call (forward and backward take the same). */
