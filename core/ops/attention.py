@@ -1,5 +1,6 @@
 """The attention family: scaled dot-product attention forward and backward (high precision,
-layouts bshd and sbhd), with TE's mask types, sliding windows, GQA/MQA and dropout of the probabilities.
+layouts bshd, sbhd and thd), with TE's mask types, sliding windows, GQA/MQA and dropout of the
+probabilities.
 
 Each op is one :class:`OpDef`; both frontends call ``OP.plan(...)`` and never restate a shape, a
 check or an error text. Numerics: docs/attention.md (blocked online softmax, fp32 logsumexp saved
@@ -253,11 +254,14 @@ ATTENTION_FWD = OpDef(
     infer=_infer_fwd,
 )
 """attention_fwd(q, k, v, mask_type, window_size=None, seqlens_q=None, seqlens_kv=None,
-softmax_scale=None, dropout_p=0.0, rng=None, qkv_format="bshd") -> out, lse.
+softmax_scale=None, dropout_p=0.0, rng=None, qkv_format="bshd", cu_seqlens_q=None,
+cu_seqlens_kv=None) -> out, lse.
 
 Shapes: q (B, S_q, H, D); k (B, S_kv, H_kv, D); v (B, S_kv, H_kv, D_v), H % H_kv == 0 (sbhd:
     the first two dimensions swapped, also for out); seqlens_q / seqlens_kv int32 (B,) (padding
-    types only); out (B, S_q, H, D_v); lse (B, H, S_q).
+    types only); out (B, S_q, H, D_v); lse (B, H, S_q). thd: q (T_q, H, D), k (T_kv, H_kv, D),
+    v (T_kv, H_kv, D_v), cu_seqlens_q / cu_seqlens_kv int32 (n + 1,) (required, padding types
+    only), out (T_q, H, D_v), lse (H, T_q).
 Dtypes: q, k, v one of float32 / bfloat16 / float16; out q's dtype; lse float32.
 Numerics: docs/attention.md.
 """
@@ -316,7 +320,8 @@ ATTENTION_BWD = OpDef(
     infer=_infer_bwd,
 )
 """attention_bwd(dout, q, k, v, out, lse, mask_type, window_size=None, seqlens_q=None,
-seqlens_kv=None, softmax_scale=None, dropout_p=0.0, rng=None, qkv_format="bshd") -> dq, dk, dv.
+seqlens_kv=None, softmax_scale=None, dropout_p=0.0, rng=None, qkv_format="bshd", cu_seqlens_q=None,
+cu_seqlens_kv=None) -> dq, dk, dv.
 
 Shapes: dout, out the forward output's; lse (B, H, S_q) float32; dq, dk, dv q's, k's, v's shapes
     and dtypes. The mask, window, scale, dropout and rng must be the forward's.

@@ -1,4 +1,4 @@
-"""twinengine.jax attention_fwd / attention_bwd (scaled dot-product attention, bshd / sbhd) over
+"""twinengine.jax attention_fwd / attention_bwd (scaled dot-product attention, bshd / sbhd / thd) over
 XLA FFI calls. Shapes, checks and errors come from core/ops/attention.py; no custom_vjp here (the
 layer functions wrap these)."""
 
@@ -13,7 +13,7 @@ from .._library import ffi, meta
 def attention_fwd(q, k, v, *, mask_type: str, window_size=None, seqlens_q=None, seqlens_kv=None,
                   softmax_scale: float | None = None, dropout_p: float = 0.0, rng=None, qkv_format: str = "bshd",
                   cu_seqlens_q=None, cu_seqlens_kv=None):
-    """Scaled dot-product attention forward (layout bshd or sbhd): (out, lse). jit- and vmap-clean.
+    """Scaled dot-product attention forward (layout bshd, sbhd or thd): (out, lse). jit- and vmap-clean.
 
     Shapes: q (B, S_q, H, D); k (B, S_kv, H_kv, D); v (B, S_kv, H_kv, D_v) with H % H_kv == 0
         (qkv_format="sbhd" swaps the first two dimensions of q, k, v and out; qkv_format="thd" takes

@@ -1,4 +1,4 @@
-"""torch.ops.twinengine attention_fwd / attention_bwd (scaled dot-product attention, bshd / sbhd)
+"""torch.ops.twinengine attention_fwd / attention_bwd (scaled dot-product attention, bshd / sbhd / thd)
 and their Python wrappers. Shapes, checks and errors come from core/ops/attention.py; no autograd
 is registered here (modules wrap these ops)."""
 
@@ -74,7 +74,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask_typ
                   softmax_scale: float | None = None, dropout_p: float = 0.0,
                   rng: torch.Tensor | None = None, qkv_format: str = "bshd", cu_seqlens_q: torch.Tensor | None = None,
                   cu_seqlens_kv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scaled dot-product attention forward (layout bshd or sbhd): (out, lse).
+    """Scaled dot-product attention forward (layout bshd, sbhd or thd): (out, lse).
 
     Shapes: q (B, S_q, H, D); k (B, S_kv, H_kv, D); v (B, S_kv, H_kv, D_v) with H % H_kv == 0
         (GQA/MQA: query head h reads kv head h // (H / H_kv)); qkv_format="sbhd" swaps the first
