@@ -68,3 +68,10 @@ def test_attention_vmap_matches_per_element_calls():
         single = _fwd_bwd(q[n], k[n], v[n], dout[n], lens[n], rng[n])
         for i, (a, b) in enumerate(zip(batched, single, strict=True)):
             assert_bytes_equal(np.asarray(a[n]), np.asarray(b), f"vmap element {n} output {i}")
+
+
+def test_attention_seqlens_out_of_range_raise():
+    q = jnp.zeros((2, 5, 2, 8), jnp.float32)
+    with pytest.raises(Exception, match=r"seqlens_q\[0\] = 7 is outside \[0, 5\]"):
+        jax.block_until_ready(ja.attention_fwd(q, q, q, mask_type="padding_causal",
+                                               seqlens_q=jnp.asarray([7, 1], jnp.int32)))

@@ -159,3 +159,19 @@ def test_attention_thd_matches_emulation_and_float64(case):
         scale = max(1.0, float(np.abs(expect).max()))
         np.testing.assert_allclose(from_torch(got).astype(np.float64), expect[0], atol=8e-5 * scale, rtol=8e-5,
                                    err_msg=f"{case.name} {name}")
+
+
+def test_attention_thd_bad_offsets_raise_from_the_kernel():
+    q = torch.randn(6, 2, 8)
+    with pytest.raises(ValueError, match=r"cu_seqlens_kv must be non-decreasing offsets in \[0, 6\]"):
+        ta.attention_fwd(q, q, q, mask_type="padding", qkv_format="thd",
+                         cu_seqlens_q=torch.tensor([0, 3, 6], dtype=torch.int32),
+                         cu_seqlens_kv=torch.tensor([0, 4, 2], dtype=torch.int32))
+
+
+def test_attention_zero_dropout_ignores_rng():
+    q, k, v = torch.randn(1, 9, 2, 8), torch.randn(1, 9, 2, 8), torch.randn(1, 9, 2, 8)
+    plain = ta.attention_fwd(q, k, v, mask_type="causal")
+    with_rng = ta.attention_fwd(q, k, v, mask_type="causal", dropout_p=0.0, rng=torch.tensor([1, 2]))
+    for a, b in zip(plain, with_rng, strict=True):
+        assert torch.equal(a, b)
