@@ -152,6 +152,7 @@ TweStatus attention_fwd(const AttentionArgs& a) {
   const int64_t tiles_per_head = ceil_div(Sq, kRowTile), tiles = B * H * tiles_per_head;
   parallel_for(tiles, rows * std::max<int64_t>(Skv, 1) * (D + Dv), [&](int64_t begin, int64_t end) {
     std::vector<float> scores(kKeyBlock), acc(static_cast<size_t>(kRowTile * Dv));
+    std::vector<float> k_block(static_cast<size_t>(D * kKeyBlock)), scratch(static_cast<size_t>(32 * kKeyBlock));
     int64_t lo[kRowTile], hi[kRowTile];
     float m[kRowTile], l[kRowTile];
     for (int64_t tile = begin; tile < end; ++tile) {
@@ -171,6 +172,10 @@ TweStatus attention_fwd(const AttentionArgs& a) {
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t t = t_first; t <= t_last; ++t) {
+        // The block's keys d-major, so each row scores them with SIMD over keys (same bytes).
+        const int64_t kb0 = t * kKeyBlock, kb_n = std::min(kKeyBlock, Skv - kb0);
+        for (int64_t jj = 0; jj < kb_n; ++jj)
+          for (int64_t d = 0; d < D; ++d) k_block[d * kKeyBlock + jj] = k_head[(kb0 + jj) * D + d];
         for (int64_t r = 0; r < n_rows; ++r) {
           const int64_t j0 = std::max(lo[r], t * kKeyBlock), j1 = std::min(hi[r], t * kKeyBlock + kKeyBlock - 1);
           if (j0 > j1) continue;  // this block holds none of the row's keys
@@ -178,12 +183,10 @@ TweStatus attention_fwd(const AttentionArgs& a) {
           const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
           float* acc_row = acc.data() + r * Dv;
           const uint64_t n_row = static_cast<uint64_t>(((b * H + h) * Sq + i) * Skv);
+          numerics::attention_scores_columns(q_row, k_block.data() + (j0 - kb0), D, kKeyBlock, j1 - j0 + 1, s,
+                                             scratch.data(), scores.data());
           float m_blk = -std::numeric_limits<float>::infinity();
-          for (int64_t j = j0; j <= j1; ++j) {
-            const float x = numerics::attention_score(q_row, k_head + j * D, D, s);
-            scores[j - j0] = x;
-            m_blk = x > m_blk ? x : m_blk;
-          }
+          for (int64_t j = j0; j <= j1; ++j) m_blk = scores[j - j0] > m_blk ? scores[j - j0] : m_blk;
           const float m_new = m_blk > m[r] ? m_blk : m[r];
           const float alpha = numerics::attention_rescale(m[r], m_new);
           float l_row = l[r] * alpha;

@@ -941,6 +941,28 @@ TWE_HOST_DEVICE float attention_score(const float* q, const float* k, int64_t d,
   return dot * scale;
 }
 
+/*! Scores of m keys at once, for SIMD over keys on the CPU: out[c] = fl(Σc_d fl(q_d · k[d·ldk + c])
+ *  · s) for c < m, with k stored d-major (ldk floats between d rows). Every out[c] performs
+ *  exactly attention_score's operations in its order (lane d mod 32, d ascending, then
+ *  canonical_fold), so the bytes are the same. `scratch` holds 32·m floats. Host only. */
+inline void attention_scores_columns(const float* q, const float* k, int64_t d_n, int64_t ldk, int64_t m, float scale,
+                                     float* scratch, float* out) {
+  for (int64_t i = 0; i < kSumLanes * m; ++i) scratch[i] = 0.0f;
+  for (int64_t d = 0; d < d_n; ++d) {
+    float* p = scratch + (d % kSumLanes) * m;
+    const float* row = k + d * ldk;
+    const float qd = q[d];
+    for (int64_t c = 0; c < m; ++c) p[c] = p[c] + qd * row[c];
+  }
+  for (int half = kSumLanes / 2; half > 0; half >>= 1)
+    for (int l = 0; l < half; ++l) {
+      float* lo = scratch + l * m;
+      const float* hi = scratch + (l + half) * m;
+      for (int64_t c = 0; c < m; ++c) lo[c] = lo[c] + hi[c];
+    }
+  for (int64_t c = 0; c < m; ++c) out[c] = scratch[c] * scale;
+}
+
 /*! Online-softmax rescale factor α = exp_f32(fl(m_old − m_new)) (+0 while m_old = −inf). */
 TWE_HOST_DEVICE float attention_rescale(float m_old, float m_new) { return exp_f32(m_old - m_new); }
 
