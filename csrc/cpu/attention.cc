@@ -243,16 +243,11 @@ TweStatus attention_bwd(const AttentionArgs& a) {
         const float* dout = dof.data() + ((b * Sq + i) * H + h) * Dv;
         delta[(b * H + h) * Sq + i] = numerics::canonical_sum(Dv, [o, dout](int64_t d) { return dout[d] * o[d]; });
       }
-  // One visible pair (i, j) of head h: writes p' (dropped p) and returns ds.
-  auto pair = [&](int64_t b, int64_t h, int64_t i, int64_t j, float* p_dropped) {
-    const int64_t g = h / G, row = (b * H + h) * Sq + i;
-    const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
-    const float* k_row = kf.data() + ((b * Hkv + g) * Skv + j) * D;
-    const float* v_row = vf.data() + ((b * Hkv + g) * Skv + j) * Dv;
-    const float* do_row = dof.data() + ((b * Sq + i) * H + h) * Dv;
-    const float x = numerics::attention_score(q_row, k_row, D, s);
+  // One visible pair (i, j) of head h from its score x and raw dp' = Σc fl(dout · v): writes p'
+  // (dropped p) and returns ds.
+  auto pair = [&](int64_t b, int64_t h, int64_t i, int64_t j, float x, float dp_raw, float* p_dropped) {
+    const int64_t row = (b * H + h) * Sq + i;
     const float p = numerics::attention_prob(x, lse[row]);
-    const float dp_raw = numerics::canonical_sum(Dv, [do_row, v_row](int64_t d) { return do_row[d] * v_row[d]; });
     const uint64_t n = static_cast<uint64_t>(row * Skv + j);
     const float dp = drop.apply(dp_raw, n);
     *p_dropped = drop.apply(p, n);
@@ -260,9 +255,21 @@ TweStatus attention_bwd(const AttentionArgs& a) {
   };
   // dq: per row, keys ascending. Tiles of kRowTile rows of one (b, h) walk the keys in blocks
   // of kKeyBlock together (cache reuse of K / V); each row's accumulation order is unchanged.
+  // Keys j0 .. j0 + n - 1 of kv head (b, g) of K and V, d-major with row stride kKeyBlock, so
+  // scores and dp' of many keys come from attention_scores_columns (same bytes, SIMD over keys).
+  auto transpose_keys = [&](int64_t b, int64_t g, int64_t j0, int64_t n, float* k_t, float* v_t) {
+    const float* k_head = kf.data() + (b * Hkv + g) * Skv * D;
+    const float* v_head = vf.data() + (b * Hkv + g) * Skv * Dv;
+    for (int64_t jj = 0; jj < n; ++jj) {
+      for (int64_t d = 0; d < D; ++d) k_t[d * kKeyBlock + jj] = k_head[(j0 + jj) * D + d];
+      for (int64_t d = 0; d < Dv; ++d) v_t[d * kKeyBlock + jj] = v_head[(j0 + jj) * Dv + d];
+    }
+  };
   const int64_t tiles_per_head = ceil_div(Sq, kRowTile);
   parallel_for(B * H * tiles_per_head, rows * std::max<int64_t>(Skv, 1) * (D + Dv), [&](int64_t begin, int64_t end) {
     std::vector<float> acc(static_cast<size_t>(kRowTile * D));
+    std::vector<float> k_t(static_cast<size_t>(D * kKeyBlock)), v_t(static_cast<size_t>(Dv * kKeyBlock));
+    std::vector<float> scratch(static_cast<size_t>(32 * kKeyBlock)), xs(kKeyBlock), dps(kKeyBlock);
     int64_t lo[kRowTile], hi[kRowTile];
     for (int64_t tile = begin; tile < end; ++tile) {
       const int64_t b = tile / (H * tiles_per_head), h = (tile / tiles_per_head) % H, g = h / G;
@@ -277,12 +284,21 @@ TweStatus attention_bwd(const AttentionArgs& a) {
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t t0 = j_first; t0 <= j_last; t0 += kKeyBlock) {
+        transpose_keys(b, g, t0, std::min(kKeyBlock, j_last + 1 - t0), k_t.data(), v_t.data());
         for (int64_t r = 0; r < n_rows; ++r) {
           const int64_t j0 = std::max(lo[r], t0), j1 = std::min(hi[r], t0 + kKeyBlock - 1);
+          if (j0 > j1) continue;
           float* acc_row = acc.data() + r * D;
+          const int64_t i = i0 + r;
+          const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
+          const float* do_row = dof.data() + ((b * Sq + i) * H + h) * Dv;
+          numerics::attention_scores_columns(q_row, k_t.data() + (j0 - t0), D, kKeyBlock, j1 - j0 + 1, s,
+                                             scratch.data(), xs.data());
+          numerics::attention_scores_columns(do_row, v_t.data() + (j0 - t0), Dv, kKeyBlock, j1 - j0 + 1, 1.0f,
+                                             scratch.data(), dps.data());
           for (int64_t j = j0; j <= j1; ++j) {
             float unused;
-            const float ds = pair(b, h, i0 + r, j, &unused);
+            const float ds = pair(b, h, i, j, xs[j - j0], dps[j - j0], &unused);
             const float* k_row = kf.data() + ((b * Hkv + g) * Skv + j) * D;
             for (int64_t d = 0; d < D; ++d) acc_row[d] = acc_row[d] + ds * k_row[d];
           }
@@ -301,9 +317,12 @@ TweStatus attention_bwd(const AttentionArgs& a) {
   parallel_for(B * Hkv * key_tiles_per_head, std::max<int64_t>(B * Hkv * Skv, 1) * G * Sq * (D + Dv),
                [&](int64_t begin, int64_t end) {
     std::vector<float> acc_k(static_cast<size_t>(kRowTile * D)), acc_v(static_cast<size_t>(kRowTile * Dv));
+    std::vector<float> k_t(static_cast<size_t>(D * kKeyBlock)), v_t(static_cast<size_t>(Dv * kKeyBlock));
+    std::vector<float> scratch(static_cast<size_t>(32 * kKeyBlock)), xs(kKeyBlock), dps(kKeyBlock);
     for (int64_t tile = begin; tile < end; ++tile) {
       const int64_t b = tile / (Hkv * key_tiles_per_head), g = (tile / key_tiles_per_head) % Hkv;
       const int64_t j0 = (tile % key_tiles_per_head) * kRowTile, n_keys = std::min(kRowTile, Skv - j0);
+      transpose_keys(b, g, j0, n_keys, k_t.data(), v_t.data());
       std::fill(acc_k.begin(), acc_k.end(), 0.0f);
       std::fill(acc_v.begin(), acc_v.end(), 0.0f);
       for (int64_t h = g * G; h < (g + 1) * G; ++h) {
@@ -314,9 +333,13 @@ TweStatus attention_bwd(const AttentionArgs& a) {
           if (k_first > k_last) continue;
           const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
           const float* do_row = dof.data() + ((b * Sq + i) * H + h) * Dv;
+          numerics::attention_scores_columns(q_row, k_t.data() + (k_first - j0), D, kKeyBlock, k_last - k_first + 1,
+                                             s, scratch.data(), xs.data());
+          numerics::attention_scores_columns(do_row, v_t.data() + (k_first - j0), Dv, kKeyBlock,
+                                             k_last - k_first + 1, 1.0f, scratch.data(), dps.data());
           for (int64_t j = k_first; j <= k_last; ++j) {
             float p_dropped;
-            const float ds = pair(b, h, i, j, &p_dropped);
+            const float ds = pair(b, h, i, j, xs[j - k_first], dps[j - k_first], &p_dropped);
             float* ak = acc_k.data() + (j - j0) * D;
             float* av = acc_v.data() + (j - j0) * Dv;
             for (int64_t d = 0; d < D; ++d) ak[d] = ak[d] + ds * q_row[d];
