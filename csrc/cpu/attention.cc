@@ -191,8 +191,9 @@ TweStatus attention_fwd(const AttentionArgs& a) {
           const float alpha = numerics::attention_rescale(m[r], m_new);
           float l_row = l[r] * alpha;
           for (int64_t d = 0; d < Dv; ++d) acc_row[d] = acc_row[d] * alpha;
+          for (int64_t j = j0; j <= j1; ++j) scores[j - j0] = numerics::attention_prob(scores[j - j0], m_new);
           for (int64_t j = j0; j <= j1; ++j) {
-            const float p = numerics::attention_prob(scores[j - j0], m_new);
+            const float p = scores[j - j0];
             l_row = l_row + p;
             const float pd = drop.apply(p, n_row + static_cast<uint64_t>(j));
             const float* v_row = v_head + j * Dv;
@@ -243,11 +244,10 @@ TweStatus attention_bwd(const AttentionArgs& a) {
         const float* dout = dof.data() + ((b * Sq + i) * H + h) * Dv;
         delta[(b * H + h) * Sq + i] = numerics::canonical_sum(Dv, [o, dout](int64_t d) { return dout[d] * o[d]; });
       }
-  // One visible pair (i, j) of head h from its score x and raw dp' = Σc fl(dout · v): writes p'
-  // (dropped p) and returns ds.
-  auto pair = [&](int64_t b, int64_t h, int64_t i, int64_t j, float x, float dp_raw, float* p_dropped) {
+  // One visible pair (i, j) of head h from its probability p = attention_prob(x, lse) and raw
+  // dp' = Σc fl(dout · v): writes p' (dropped p) and returns ds.
+  auto pair = [&](int64_t b, int64_t h, int64_t i, int64_t j, float p, float dp_raw, float* p_dropped) {
     const int64_t row = (b * H + h) * Sq + i;
-    const float p = numerics::attention_prob(x, lse[row]);
     const uint64_t n = static_cast<uint64_t>(row * Skv + j);
     const float dp = drop.apply(dp_raw, n);
     *p_dropped = drop.apply(p, n);
@@ -296,6 +296,8 @@ TweStatus attention_bwd(const AttentionArgs& a) {
                                              scratch.data(), xs.data());
           numerics::attention_scores_columns(do_row, v_t.data() + (j0 - t0), Dv, kKeyBlock, j1 - j0 + 1, 1.0f,
                                              scratch.data(), dps.data());
+          const float lse_row = lse[(b * H + h) * Sq + i];
+          for (int64_t c = 0; c <= j1 - j0; ++c) xs[c] = numerics::attention_prob(xs[c], lse_row);
           for (int64_t j = j0; j <= j1; ++j) {
             float unused;
             const float ds = pair(b, h, i, j, xs[j - j0], dps[j - j0], &unused);
@@ -337,6 +339,8 @@ TweStatus attention_bwd(const AttentionArgs& a) {
                                              s, scratch.data(), xs.data());
           numerics::attention_scores_columns(do_row, v_t.data() + (k_first - j0), Dv, kKeyBlock,
                                              k_last - k_first + 1, 1.0f, scratch.data(), dps.data());
+          const float lse_row = lse[(b * H + h) * Sq + i];
+          for (int64_t c = 0; c <= k_last - k_first; ++c) xs[c] = numerics::attention_prob(xs[c], lse_row);
           for (int64_t j = k_first; j <= k_last; ++j) {
             float p_dropped;
             const float ds = pair(b, h, i, j, xs[j - k_first], dps[j - k_first], &p_dropped);
