@@ -63,7 +63,8 @@ def empty_outputs(call: KernelCall, device: torch.device) -> list[torch.Tensor]:
 
 def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """Runs a planned kernel call on the current stream of `device` (made the current CUDA
-    device for the call, as the CUDA kernels require); returns its outputs."""
+    device for the call, as the CUDA kernels require), on CPU with ``torch.get_num_threads()``
+    threads (results never depend on the count); returns its outputs."""
     inputs = [t.contiguous() for t in inputs]
     outputs = empty_outputs(call, device)
     views = ([_view(t) for t in inputs], [_view(t) for t in outputs])
@@ -71,7 +72,7 @@ def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device) -
         with torch.cuda.device(device):
             _C.call(call.op, *views, call.attr_dict(), torch.cuda.current_stream(device).cuda_stream)
     else:
-        _C.call(call.op, *views, call.attr_dict(), 0)
+        _C.call(call.op, *views, call.attr_dict(), 0, torch.get_num_threads())
     return outputs
 
 

@@ -54,7 +54,11 @@ TweTensorView to_view(nb::handle obj) {
   return v;
 }
 
-void call(const std::string& name, nb::list inputs, nb::list outputs, nb::dict attrs, uintptr_t stream) {
+/*! Runs op `name`. On CUDA `stream` is the cudaStream_t; on CPU (stream 0) `cpu_threads` > 0 is
+ *  the thread count the kernels may use (torch.get_num_threads()), passed to the C ABI as its
+ *  TweCpuExecutor stream; 0 keeps the library default. */
+void call(const std::string& name, nb::list inputs, nb::list outputs, nb::dict attrs, uintptr_t stream,
+          int cpu_threads) {
   const ops::OpEntry* op = ops::find_op(name);
   if (!op) throw nb::value_error(("unknown twinengine op '" + name + "'").c_str());
   DictAttrs attr_view;
@@ -63,7 +67,10 @@ void call(const std::string& name, nb::list inputs, nb::list outputs, nb::dict a
     if (nb::isinstance<nb::float_>(item.second)) attr_view.values_[key] = static_cast<float>(nb::cast<double>(item.second));
     else attr_view.values_[key] = nb::cast<int64_t>(item.second);
   }
-  ops::OpCall op_call{{}, {}, &attr_view, reinterpret_cast<void*>(stream)};
+  TweCpuExecutor executor{cpu_threads, nullptr, nullptr};
+  void* call_stream = reinterpret_cast<void*>(stream);
+  if (stream == 0 && cpu_threads > 0) call_stream = &executor;
+  ops::OpCall op_call{{}, {}, &attr_view, call_stream};
   for (auto t : inputs) op_call.inputs.push_back(to_view(t));
   for (auto t : outputs) op_call.outputs.push_back(to_view(t));
   TweStatus status;
@@ -103,8 +110,11 @@ void bind_gemm(nb::module_& m);  // csrc/nb/gemm.cc
 NB_MODULE(_C, m) {
   m.doc() = "twinengine kernels: generic op calls for torch, XLA FFI handlers for JAX";
   m.def("call", &twe::nb_bind::call, nb::arg("name"), nb::arg("inputs"), nb::arg("outputs"), nb::arg("attrs"),
-        nb::arg("stream") = 0,
-        "Runs op `name` on tensor views (data_ptr, dtype, device, shape); raises ValueError on bad input.");
+        nb::arg("stream") = 0, nb::arg("cpu_threads") = 0,
+        "Runs op `name` on tensor views (data_ptr, dtype, device, shape) on the CUDA `stream`, or on CPU\n"
+        "with up to `cpu_threads` threads (0: the default); raises ValueError on bad input.");
+  m.def("cpu_default_threads", []() { return twe_cpu_default_threads(); },
+        "Threads CPU kernels use when the caller names none: the CPUs this process may run on.");
   m.def("ffi_targets", &twe::nb_bind::ffi_targets, "{'twinengine_<op>': {'cpu': capsule, 'CUDA': capsule}}");
   m.def("has_cuda", []() { return twe_has_cuda() != 0; });
   twe::nb_bind::bind_gemm(m);
