@@ -10,13 +10,13 @@ import torch
 from ...ops.quantize import DEQUANTIZE, QUANTIZE, UPDATE_DELAYED_SCALING
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
+from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta, plain_eager
 
 
 @torch.library.custom_op("twinengine::quantize", mutates_args=())
 def _quantize(x: torch.Tensor, quantizer: Quantizer, scale: torch.Tensor | None = None,
               rng: torch.Tensor | None = None) -> list[torch.Tensor]:
-    call = QUANTIZE.plan(meta(x), quantizer, meta(scale), meta(rng))
+    call = QUANTIZE.cached_plan(meta(x), quantizer, meta(scale), meta(rng))
     arrays = {"x": x, "scale": scale, "rng": rng}
     return launch(call, [arrays[name] for name in call.inputs], x.device)
 
@@ -82,8 +82,12 @@ def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | Non
     """
     for name, t in (("x", x), ("scale", scale), ("rng", rng)):
         check_tensor_device("quantize", name, t)
-    call = QUANTIZE.plan(meta(x), quantizer, meta(scale), meta(rng))
-    arrays = torch.ops.twinengine.quantize(x, quantizer, scale, rng)
+    eager = plain_eager(x, scale, rng)
+    call = (QUANTIZE.cached_plan if eager else QUANTIZE.plan)(meta(x), quantizer, meta(scale), meta(rng))
+    if eager:  # the custom op's impl, without the dispatcher's overhead
+        arrays = launch(call, [{"x": x, "scale": scale, "rng": rng}[name] for name in call.inputs], x.device)
+    else:
+        arrays = torch.ops.twinengine.quantize(x, quantizer, scale, rng)
     fields = {spec.name: array for spec, array in zip(call.outputs, arrays)}
     return QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(x.shape), dtype=dtype_name(x.dtype))
 
