@@ -14,11 +14,88 @@ using numerics::FP8Format;
 
 constexpr int64_t kTile = 32;  // transpose tile for columnwise copies
 
+// ---- Vectorized loops (TWE_CPU_CLONES: one clone per x86 level, picked at load time) ---------
+
+/*! Max of amax_key over n elements: the NaN-skipping amax as bits (max of integers is exact in
+ *  any order, so vector lanes may reduce in any grouping). */
+template <typename T>
+TWE_CPU_CLONES uint32_t amax_key_run(const T* x, int64_t n) {
+  constexpr int64_t kLanes = 16;  // independent running maxima: an elementwise loop the compiler vectorizes
+  uint32_t lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const uint32_t k = numerics::amax_key(to_float(x[i + j]));
+      lanes[j] = k > lanes[j] ? k : lanes[j];
+    }
+  uint32_t key = 0;
+  for (; i < n; ++i) {
+    const uint32_t k = numerics::amax_key(to_float(x[i]));
+    key = k > key ? k : key;
+  }
+  for (int64_t j = 0; j < kLanes; ++j) key = lanes[j] > key ? lanes[j] : key;
+  return key;
+}
+
+/*! out[i] = FP8(x[i] * scale) for n elements (one scale). */
+template <FP8Format F, typename T>
+TWE_CPU_CLONES void cast_run(const T* x, int64_t n, float scale, uint8_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = numerics::float_to_fp8<F>(to_float(x[i]) * scale);
+}
+
+/*! out[k * out_stride + r] = in[r * K + k] for r < rows, k < K: a row block of FP8 bytes
+ *  stored transposed, in 32-column strips so reads and writes stay in cache. */
+TWE_CPU_CLONES void transpose_bytes(const uint8_t* in, int64_t rows, int64_t K, uint8_t* out, int64_t out_stride) {
+  constexpr int64_t kStrip = 32;
+  for (int64_t k0 = 0; k0 < K; k0 += kStrip) {
+    const int64_t k1 = std::min(K, k0 + kStrip);
+    for (int64_t k = k0; k < k1; ++k)
+      for (int64_t r = 0; r < rows; ++r) out[k * out_stride + r] = in[r * K + k];
+  }
+}
+
+/*! One row of rowwise MXFP8: per 32-element block, the E8M0 exponent of its amax, then the
+ *  cast with the block's multiplier. */
+template <FP8Format F, typename T>
+TWE_CPU_CLONES void mxfp8_row(const T* x, int64_t K, uint8_t* data, uint8_t* scales) {
+  for (int64_t kb = 0; kb < K / 32; ++kb) {
+    const T* block = x + kb * 32;
+    uint32_t key = 0;
+    for (int64_t i = 0; i < 32; ++i) {
+      const uint32_t k = numerics::amax_key(to_float(block[i]));
+      key = k > key ? k : key;
+    }
+    const uint8_t e = numerics::mxfp8_block_exponent<F>(numerics::bits_to_float(key));
+    const float m = numerics::e8m0_encode_multiplier(e);
+    for (int64_t i = 0; i < 32; ++i) data[kb * 32 + i] = numerics::float_to_fp8<F>(to_float(block[i]) * m);
+    scales[kb] = e;
+  }
+}
+
+/*! One 32-row block of columnwise MXFP8 (blocks run down the columns): per column the amax
+ *  over the 32 rows, its exponent and multiplier, then the cast. `keys` and `mult` hold K
+ *  entries of scratch. */
+template <FP8Format F, typename T>
+TWE_CPU_CLONES void mxfp8_col_block(const T* x, int64_t K, uint8_t* data, uint8_t* scales, uint32_t* keys,
+                                    float* mult) {
+  for (int64_t k = 0; k < K; ++k) keys[k] = 0;
+  for (int64_t r = 0; r < 32; ++r)
+    for (int64_t k = 0; k < K; ++k) {
+      const uint32_t key = numerics::amax_key(to_float(x[r * K + k]));
+      keys[k] = key > keys[k] ? key : keys[k];
+    }
+  for (int64_t k = 0; k < K; ++k) {
+    const uint8_t e = numerics::mxfp8_block_exponent<F>(numerics::bits_to_float(keys[k]));
+    scales[k] = e;
+    mult[k] = numerics::e8m0_encode_multiplier(e);
+  }
+  for (int64_t r = 0; r < 32; ++r)
+    for (int64_t k = 0; k < K; ++k) data[r * K + k] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * mult[k]);
+}
+
 template <typename T>
 float block_amax(const T* x, int64_t n) {
-  uint32_t key = 0;
-  for (int64_t i = 0; i < n; ++i) key = std::max(key, numerics::amax_key(to_float(x[i])));
-  return numerics::bits_to_float(key);
+  return numerics::bits_to_float(amax_key_run(x, n));
 }
 
 /*! NaN-skipping amax of n elements, in parallel chunks (max is exact in any order). */
@@ -36,25 +113,18 @@ float tensor_amax(const T* x, int64_t n) {
   return amax;
 }
 
-/*! Casts x * scale to FP8 into rowwise (R, K) and/or columnwise (K, R) outputs, in tiles. */
+/*! Casts x * scale to FP8 into rowwise (R, K) and/or columnwise (K, R) outputs: 32-row blocks
+ *  cast in one vector run (into the rowwise output, or scratch), then stored transposed. */
 template <FP8Format F, typename T>
 void cast_per_tensor(const T* x, float scale, int64_t R, int64_t K, uint8_t* rowwise, uint8_t* columnwise) {
   const int64_t row_tiles = (R + kTile - 1) / kTile;
   parallel_for(row_tiles, R * K, [&](int64_t tile_begin, int64_t tile_end) {
-    uint8_t tile[kTile * kTile];
+    std::vector<uint8_t> scratch(rowwise ? 0 : static_cast<size_t>(kTile * K));
     for (int64_t r0 = tile_begin * kTile; r0 < std::min(R, tile_end * kTile); r0 += kTile) {
-      const int64_t r1 = std::min(R, r0 + kTile);
-      for (int64_t k0 = 0; k0 < K; k0 += kTile) {
-        const int64_t k1 = std::min(K, k0 + kTile);
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t k = k0; k < k1; ++k)
-            tile[(r - r0) * kTile + (k - k0)] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale);
-        if (rowwise)
-          for (int64_t r = r0; r < r1; ++r) std::memcpy(rowwise + r * K + k0, tile + (r - r0) * kTile, k1 - k0);
-        if (columnwise)
-          for (int64_t k = k0; k < k1; ++k)
-            for (int64_t r = r0; r < r1; ++r) columnwise[k * R + r] = tile[(r - r0) * kTile + (k - k0)];
-      }
+      const int64_t rows = std::min(R, r0 + kTile) - r0;
+      uint8_t* q = rowwise ? rowwise + r0 * K : scratch.data();
+      cast_run<F>(x + r0 * K, rows * K, scale, q);
+      if (columnwise) transpose_bytes(q, rows, K, columnwise + r0, R);
     }
   });
 }
@@ -81,35 +151,17 @@ float format_max(TweFP8Format f) { return f == kTweE5M2 ? numerics::kE5M2Max : n
 template <FP8Format F, typename T>
 void mxfp8_rowwise(const T* x, int64_t R, int64_t K, uint8_t* data, uint8_t* scales, int64_t scale_stride) {
   parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t r = row_begin; r < row_end; ++r) {
-      for (int64_t kb = 0; kb < K / 32; ++kb) {
-        const T* block = x + r * K + kb * 32;
-        const uint8_t e = numerics::mxfp8_block_exponent<F>(block_amax(block, 32));
-        const float m = numerics::e8m0_encode_multiplier(e);
-        for (int64_t i = 0; i < 32; ++i) data[r * K + kb * 32 + i] = numerics::float_to_fp8<F>(to_float(block[i]) * m);
-        scales[r * scale_stride + kb] = e;
-      }
-    }
+    for (int64_t r = row_begin; r < row_end; ++r) mxfp8_row<F>(x + r * K, K, data + r * K, scales + r * scale_stride);
   });
 }
 
 template <FP8Format F, typename T>
 void mxfp8_columnwise(const T* x, int64_t R, int64_t K, uint8_t* data, uint8_t* scales, int64_t scale_stride) {
   parallel_for(R / 32, R * K, [&](int64_t rb_begin, int64_t rb_end) {
-  std::vector<float> amax(static_cast<size_t>(K));
-  std::vector<float> mult(static_cast<size_t>(K));
-  for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
-    std::fill(amax.begin(), amax.end(), 0.0f);
-    for (int64_t r = rb * 32; r < rb * 32 + 32; ++r)
-      for (int64_t k = 0; k < K; ++k) amax[k] = numerics::amax_update(amax[k], to_float(x[r * K + k]));
-    for (int64_t k = 0; k < K; ++k) {
-      const uint8_t e = numerics::mxfp8_block_exponent<F>(amax[k]);
-      scales[rb * scale_stride + k] = e;
-      mult[k] = numerics::e8m0_encode_multiplier(e);
-    }
-    for (int64_t r = rb * 32; r < rb * 32 + 32; ++r)
-      for (int64_t k = 0; k < K; ++k) data[r * K + k] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * mult[k]);
-  }
+    std::vector<uint32_t> keys(static_cast<size_t>(K));
+    std::vector<float> mult(static_cast<size_t>(K));
+    for (int64_t rb = rb_begin; rb < rb_end; ++rb)
+      mxfp8_col_block<F>(x + rb * 32 * K, K, data + rb * 32 * K, scales + rb * scale_stride, keys.data(), mult.data());
   });
 }
 

@@ -19,6 +19,18 @@
 
 #include "twinengine/common.h"
 
+/*! Marks a CPU loop function to be compiled three times, for x86-64-v4 (AVX-512), x86-64-v3
+ *  (AVX2 + FMA; -ffp-contract=off keeps FMA out of the arithmetic) and the baseline, with the
+ *  best one the running CPU supports picked once at load time (GCC function multiversioning
+ *  through an ifunc). Elsewhere (clang, non-x86, non-ELF) the function is compiled once for
+ *  the build target, which the compiler vectorizes itself (NEON on aarch64). The clones run
+ *  the same per-element operations in the same order, so every clone gives the same bytes. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define TWE_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TWE_CPU_CLONES
+#endif
+
 namespace twe {
 namespace cpu {
 
