@@ -70,15 +70,20 @@ def meta(t: torch.Tensor | None) -> ArrayMeta | None:
 
 
 def check_tensor_device(op: str, name: str, t: torch.Tensor | None) -> None:
-    if t is not None:
+    if t is not None and not t.is_cpu:
         check_device(op, name, t.device.type, SUPPORTED_DEVICES)
 
 
-def _view(t: torch.Tensor) -> tuple[int, int, int, tuple[int, ...]]:
+def view_spec(t: torch.Tensor) -> tuple[int, int, tuple[int, ...]]:
+    """A tensor's view for _C without its data pointer: (dtype code, device code, shape)."""
     code = _ABI_BY_TORCH.get(t.dtype)
     if code is None:
         code = ABI_CODES[dtype_name(t.dtype)]
-    return (t.data_ptr(), code, _DEVICE_CODES[t.device.type], tuple(t.shape))
+    return (code, _DEVICE_CODES[t.device.type], tuple(t.shape))
+
+
+def _view(t: torch.Tensor) -> tuple[int, int, int, tuple[int, ...]]:
+    return (t.data_ptr(), *view_spec(t))
 
 
 def empty_outputs(call: KernelCall, device: torch.device) -> list[torch.Tensor]:
@@ -86,15 +91,15 @@ def empty_outputs(call: KernelCall, device: torch.device) -> list[torch.Tensor]:
     return [torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device=device) for spec in call.outputs]
 
 
-def _packed(call: KernelCall, device: torch.device):
-    """(output (shape, torch dtype, view without pointer) list, attribute dict) of a call on a
+def packed_call(call: KernelCall, device: torch.device):
+    """(output (shape, torch dtype, view without pointer) list, _C.PreparedOp) of a call on a
     device, computed once per (cached) plan."""
     packed = call.memo.get(device)
     if packed is None:
         code = _DEVICE_CODES[device.type]
         outs = [(spec.shape, torch_dtype(spec.dtype), (ABI_CODES[spec.dtype], code, tuple(spec.shape)))
                 for spec in call.outputs]
-        packed = call.memo[device] = (outs, call.attr_dict())
+        packed = call.memo[device] = (outs, _C.prepare(call.op, call.attr_dict()))
     return packed
 
 
@@ -102,16 +107,16 @@ def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device) -
     """Runs a planned kernel call on the current stream of `device` (made the current CUDA
     device for the call, as the CUDA kernels require), on CPU with ``torch.get_num_threads()``
     threads (results never depend on the count); returns its outputs."""
-    outs, attrs = _packed(call, device)
+    outs, prepared = packed_call(call, device)
     inputs = [t.contiguous() for t in inputs]  # kept alive until the call returns
     in_views = [_view(t) for t in inputs]
     outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, _ in outs]
     out_views = [(t.data_ptr(), *view) for t, (_, _, view) in zip(outputs, outs)]
     if device.type == "cuda":
         with torch.cuda.device(device):
-            _C.call(call.op, in_views, out_views, attrs, torch.cuda.current_stream(device).cuda_stream)
+            prepared(in_views, out_views, torch.cuda.current_stream(device).cuda_stream)
     else:
-        _C.call(call.op, in_views, out_views, attrs, 0, torch.get_num_threads())
+        prepared(in_views, out_views, 0, torch.get_num_threads())
     return outputs
 
 

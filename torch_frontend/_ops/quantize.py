@@ -10,7 +10,8 @@ import torch
 from ...ops.quantize import DEQUANTIZE, QUANTIZE, UPDATE_DELAYED_SCALING
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta, plain_eager
+from .._library import (check_tensor_device, dtype_name, empty_outputs, launch, meta, packed_call, plain_eager,
+                        view_spec)
 
 
 @torch.library.custom_op("twinengine::quantize", mutates_args=())
@@ -64,6 +65,32 @@ def _as_quantized(data, scale_inv, amax, quantizer, shape, columnwise) -> Quanti
     return QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(shape))
 
 
+_EAGER_CPU: dict = {}  # (x.shape, x.dtype, quantizer) -> everything an eager CPU quantize repeats
+_EAGER_CPU_LIMIT = 4096
+
+
+def _quantize_eager_cpu(x: torch.Tensor, quantizer: Quantizer) -> QuantizedTensor:
+    """The custom op's impl for a plain eager CPU call without scale or rng, with the plan,
+    the output specs, the input view and the prepared kernel call looked up once per
+    (shape, dtype, quantizer): what stays per call is allocating, launching, wrapping."""
+    key = (x.shape, x.dtype, quantizer)
+    entry = _EAGER_CPU.get(key)
+    if entry is None:
+        x_meta = meta(x)
+        call = QUANTIZE.cached_plan(x_meta, quantizer, None, None)
+        outs, prepared = packed_call(call, x.device)
+        entry = (outs, prepared, tuple(spec.name for spec in call.outputs), view_spec(x), x_meta.shape, x_meta.dtype)
+        if len(_EAGER_CPU) >= _EAGER_CPU_LIMIT:
+            _EAGER_CPU.clear()
+        _EAGER_CPU[key] = entry
+    outs, prepared, names, x_view, shape, dtype = entry
+    x = x.contiguous()
+    outputs = [torch.empty(out_shape, dtype=out_dtype) for out_shape, out_dtype, _ in outs]
+    prepared([(x.data_ptr(), *x_view)], [(t.data_ptr(), *view) for t, (_, _, view) in zip(outputs, outs)], 0,
+             torch.get_num_threads())
+    return QuantizedTensor(**dict(zip(names, outputs)), quantizer=quantizer, shape=shape, dtype=dtype)
+
+
 def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | None = None,
              rng: torch.Tensor | None = None) -> QuantizedTensor:
     """Quantizes `x` as `quantizer` describes.
@@ -80,6 +107,8 @@ def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | Non
         TypeError / ValueError: from the shared core checks (dtype, rank, empty input, block
         divisibility, missing or unexpected scale / rng, unsupported device).
     """
+    if scale is None and rng is None and plain_eager(x) and x.is_cpu:
+        return _quantize_eager_cpu(x, quantizer)
     for name, t in (("x", x), ("scale", scale), ("rng", rng)):
         check_tensor_device("quantize", name, t)
     eager = plain_eager(x, scale, rng)
