@@ -341,6 +341,18 @@ struct Nvfp4Copy {
   uint32_t index;  // 0 rowwise, 1 columnwise (the Philox counter's copy bit)
 };
 
+/*! One row of NVFP4 data with round-to-nearest-even (steps 4–5 of §7): per 16-element block
+ *  its encode multiplier from the block's scale code, the E2M1 codes, packed two per byte. */
+template <typename T>
+TWE_CPU_CLONES void nvfp4_row_rne(const T* c, int64_t blocks, const uint8_t* scales, float s_dec, uint8_t* data) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float m = numerics::nvfp4_encode_multiplier(scales[b], s_dec);
+    uint8_t codes[kFP4Block];
+    for (int64_t j = 0; j < kFP4Block; ++j) codes[j] = numerics::float_to_e2m1(to_float(c[b * kFP4Block + j]) * m);
+    for (int64_t j = 0; j < kFP4Block / 2; ++j) data[b * kFP4Block / 2 + j] = numerics::pack_e2m1(codes[2 * j], codes[2 * j + 1]);
+  }
+}
+
 /*! Quantizes one copy c (rows, cols), row-major: steps 1–5, 7 and 9 of §7. */
 template <typename T>
 void nvfp4_copy(const T* c, int64_t rows, int64_t cols, bool two_d, const SrState* sr, const Nvfp4Copy& out) {
@@ -364,6 +376,11 @@ void nvfp4_copy(const T* c, int64_t rows, int64_t cols, bool two_d, const SrStat
     }
   });
   parallel_for(rows, rows * cols, [&](int64_t row_begin, int64_t row_end) {
+    if (!sr) {
+      for (int64_t r = row_begin; r < row_end; ++r)
+        nvfp4_row_rne(c + r * cols, blocks, out.scales + r * out.scale_stride, s_dec, out.data + r * cols / 2);
+      return;
+    }
     for (int64_t r = row_begin; r < row_end; ++r) {
       for (int64_t b = 0; b < blocks; ++b) {
         const float m = numerics::nvfp4_encode_multiplier(out.scales[r * out.scale_stride + b], s_dec);

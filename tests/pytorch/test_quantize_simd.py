@@ -1,5 +1,5 @@
 """Every bf16 and fp16 bit pattern, and a million random fp32 bit patterns, through the
-vectorized quantize loops (csrc/cpu/quantize.cc, one clone per x86 level, picked at run time)
+vectorized quantize loops (FP8 per-tensor, MXFP8, NVFP4 round-to-nearest) (csrc/cpu/quantize.cc, one clone per x86 level, picked at run time)
 against the NumPy reference, byte for byte: saturation, NaN, ±inf, subnormals, ties."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from helpers import assert_quantized_equal, fields_as_numpy, to_torch
+from quantize_block_cases import reference_quantize as reference_quantize_block
 from quantize_cases import reference_quantize
 
 import twinengine as te
@@ -28,7 +29,7 @@ def _random_fp32(seed: int) -> np.ndarray:
 
 QUANTIZERS = [te.Float8CurrentScalingQuantizer("e4m3"), te.Float8CurrentScalingQuantizer("e5m2"),
               te.Float8CurrentScalingQuantizer("e4m3", columnwise=False), te.MXFP8Quantizer("e4m3"),
-              te.MXFP8Quantizer("e5m2")]
+              te.MXFP8Quantizer("e5m2"), te.NVFP4Quantizer(), te.NVFP4Quantizer(with_2d_quantization=True)]
 
 
 @pytest.mark.parametrize("q", QUANTIZERS, ids=repr)
@@ -44,7 +45,8 @@ def test_vectorized_casts_match_reference_on_every_pattern(q, kind):
     else:
         x = _all_16bit(ml_dtypes.bfloat16 if kind == "bfloat16" else np.float16)
     qt = tep.quantize(to_torch(x), q)
-    assert_quantized_equal(fields_as_numpy(qt), reference_quantize(x, q), f"{q!r} {kind}")
+    expected = reference_quantize_block(x, q) if q.scaling_mode == "nvfp4" else reference_quantize(x, q)
+    assert_quantized_equal(fields_as_numpy(qt), expected, f"{q!r} {kind}")
 
 
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
