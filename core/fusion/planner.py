@@ -38,6 +38,23 @@ class KernelGroup:
     dact_dbias: int | None = None
     quantize_grad_for: int | None = None
 
+    @property
+    def emitter(self) -> int | None:
+        """The member whose kernel writes the quantized input of op ``quantize_for`` (the op right
+        before it), or None."""
+        return None if self.quantize_for is None else self.quantize_for - 1
+
+    def backward_steps(self) -> tuple[tuple[int, ...], ...]:
+        """The group's backward in execution order: ``(i,)`` runs op i's ``op_backward``;
+        ``(bias_i, act_i)`` runs the fused activation-grad + bias-grad (+ quantize) kernel."""
+        members = list(self.ops)
+        if self.dact_dbias is None:
+            return tuple((i,) for i in reversed(members))
+        split = self.dact_dbias
+        after = tuple((i,) for i in reversed(members[split + 2:]))
+        before = tuple((i,) for i in reversed(members[:split]))
+        return after + ((members[split], members[split + 1]),) + before
+
     def describe(self, descs: Sequence[OpDesc]) -> str:
         """One line: members, hand-off and backward fusion."""
         members = ", ".join(f"{i}:{descs[i].name}" for i in self.ops)

@@ -91,16 +91,6 @@ inline int64_t current_threads() {
  *  (started on first need, never stopped; a forked child starts a fresh pool). */
 void pool_schedule(int64_t threads, void (*task)(void*), void* arg);
 
-/*! Rows (a multiple of `multiple`) of a row block of `cols` elements per row that still gives
- *  parallel_for enough pieces for every default thread: fused kernels that run two passes block by
- *  block (the second while the block is in cache) use it. It depends on the machine, never on the
- *  call's thread count (and results never depend on the blocking). */
-inline int64_t parallel_block_rows(int64_t cols, int64_t multiple) {
-  const int64_t hw = default_threads();
-  const int64_t rows = (hw * kMinWorkPerThread + cols - 1) / std::max<int64_t>(cols, 1);
-  return std::max<int64_t>(multiple, (rows + multiple - 1) / multiple * multiple);
-}
-
 namespace detail {
 
 /*! Shared state of one parallel_for: pieces are claimed from `next` by the caller and by every

@@ -73,7 +73,7 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
     aux: list = []  # static parts of the residuals, filled by the forward for the backward
 
     def handoff(group: KernelGroup, i: int, call_arrays: Sequence[dict]) -> dict:
-        if group.quantize_for is None or i != group.quantize_for - 1:
+        if i != group.emitter:
             return {}
         j = group.quantize_for
         return ops[j].op_input_quantization(statics[j], call_arrays[j]) or {}
@@ -145,25 +145,21 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
 
         h = dy
         for group in reversed(groups):
-            members = list(group.ops)
-            if group.dact_dbias is None:
-                for i in reversed(members):
-                    h = backward_op(i, h)
-                continue
-            bias_i, act_i = members[group.dact_dbias], members[group.dact_dbias + 1]
-            for i in reversed(members[group.dact_dbias + 2:]):
-                h = backward_op(i, h)
-            act = ops[act_i]
-            (z,) = ctxs[act_i].saved
-            quantization = {}
-            if group.quantize_grad_for is not None:
-                quantization = ops[group.quantize_grad_for].op_grad_quantization(ctxs[group.quantize_grad_for]) or {}
-            dz, dbias, qdz = activation_bwd_dbias(h, z, act.activation, limit=act.limit, alpha=act.alpha,
-                                                  bias_dtype=params[bias_i][0].dtype, **quantization)
-            dparams[bias_i], dparams[act_i] = (dbias,), ()
-            h = qdz if qdz is not None else dz
-            for i in reversed(members[:group.dact_dbias]):
-                h = backward_op(i, h)
+            for step in group.backward_steps():
+                if len(step) == 1:
+                    h = backward_op(step[0], h)
+                    continue
+                bias_i, act_i = step
+                act = ops[act_i]
+                (z,) = ctxs[act_i].saved
+                quantization = {}
+                if group.quantize_grad_for is not None:
+                    q = group.quantize_grad_for
+                    quantization = ops[q].op_grad_quantization(ctxs[q]) or {}
+                dz, dbias, qdz = activation_bwd_dbias(h, z, act.activation, limit=act.limit, alpha=act.alpha,
+                                                      bias_dtype=params[bias_i][0].dtype, **quantization)
+                dparams[bias_i], dparams[act_i] = (dbias,), ()
+                h = qdz if qdz is not None else dz
         d_params = tuple(tuple(_cotangent_like(p, g) for p, g in zip(params[i], _pad(dparams[i], len(params[i]))))
                          for i in range(n))
         d_arrays = []

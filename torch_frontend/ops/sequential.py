@@ -53,9 +53,7 @@ class _Run:
 
 def _emitter_kwargs(run: _Run, group: KernelGroup, i: int, tensors: list[dict]) -> dict:
     """The hand-off kwargs of op i: set on the member right before the group's quantize target."""
-    if group.quantize_for is None or i != group.quantize_for - 1:
-        return {}
-    return run.handoff(group.quantize_for, tensors)
+    return run.handoff(group.quantize_for, tensors) if i == group.emitter else {}
 
 
 class _SequentialFunction(torch.autograd.Function):
@@ -122,17 +120,11 @@ class _SequentialFunction(torch.autograd.Function):
 
         h: Any = dy
         for group in reversed(run.groups):
-            members = list(group.ops)
-            if group.dact_dbias is None:
-                for i in reversed(members):
-                    h = backward_op(i, h)
-                continue
-            bias_i, act_i = members[group.dact_dbias], members[group.dact_dbias + 1]
-            for i in reversed(members[group.dact_dbias + 2:]):
-                h = backward_op(i, h)
-            h = _fused_dact_dbias(run, op_ctxs, group, bias_i, act_i, h, dparams)
-            for i in reversed(members[:group.dact_dbias]):
-                h = backward_op(i, h)
+            for step in group.backward_steps():
+                if len(step) == 1:
+                    h = backward_op(step[0], h)
+                else:
+                    h = _fused_dact_dbias(run, op_ctxs, group, *step, h, dparams)
         flat_grads = [g for dp, count in zip(dparams, run.param_counts) for g in _pad(dp, count)]
         flat_grads += [None] * sum(len(keys) for keys in run.tensor_keys)
         flat_grads += [g for grads_i in extra_input_grads for g in grads_i]
