@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import torch
 
@@ -283,7 +284,8 @@ def main() -> None:
         saved = torch.get_num_threads()
         torch.manual_seed(0)
         x = torch.randn(args.rows, args.cols).to(torch.bfloat16)
-        print(f"\n1 -> 2 threads (torch.set_num_threads), {args.rows}x{args.cols} bfloat16: speed-up t(1)/t(2)")
+        print(f"\n1 -> 2 threads (torch.set_num_threads), {args.rows}x{args.cols} bfloat16: speed-up t(1)/t(2); "
+              "a CPU count well below 2 means other processes held the cores (no speed-up possible)")
         for case in ("fp8 current", "mxfp8"):
             for col in (False, True):
                 q = CASES[case].with_usage(columnwise=col)
@@ -291,9 +293,15 @@ def main() -> None:
                 times = interleave({"1": Contender(fn, before=lambda: torch.set_num_threads(1)),
                                     "2": Contender(fn, before=lambda: torch.set_num_threads(2))},
                                    args.rounds, warmup=1)
+                torch.set_num_threads(2)
+                wall, cpu = time.perf_counter(), time.process_time()
+                for _ in range(3):
+                    fn()
+                busy = (time.process_time() - cpu) / (time.perf_counter() - wall)
                 label = f"{case} ({'row+col' if col else 'row'})"
                 print(f"{label:<34}{median(times['1']) * 1e3:>8.2f} ms -> {median(times['2']) * 1e3:>8.2f} ms  "
-                      f"speed-up {ratio(times['1'], times['2']):.2f}", flush=True)
+                      f"speed-up {ratio(times['1'], times['2']):.2f}  (CPUs the process got at 2 threads: "
+                      f"{busy:.2f})", flush=True)
         torch.set_num_threads(saved)
     if not args.no_dequantize:
         torch.manual_seed(0)
