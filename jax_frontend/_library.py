@@ -69,9 +69,18 @@ def ffi(call: KernelCall, inputs: list) -> list:
     if any(isinstance(a, jax.core.Tracer) for a in inputs):
         return _ffi_call(call, inputs)
     jitted = call.memo.get("jax")
-    if jitted is None:
-        jitted = call.memo["jax"] = jax.jit(lambda *args: _ffi_call(call, args))
+    if jitted is None:  # plans that are not cached still meet an equal call's jit here
+        jitted = _JITTED.get(call)
+        if jitted is None:
+            if len(_JITTED) >= _JITTED_LIMIT:
+                _JITTED.clear()
+            jitted = _JITTED[call] = jax.jit(lambda *args: _ffi_call(call, args))
+        call.memo["jax"] = jitted
     return list(jitted(*inputs))
+
+
+_JITTED: dict[KernelCall, object] = {}  # eager calls' jitted FFI calls, by value
+_JITTED_LIMIT = 4096
 
 
 def _register_targets() -> None:
