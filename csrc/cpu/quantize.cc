@@ -93,6 +93,24 @@ TWE_CPU_CLONES void mxfp8_col_block(const T* x, int64_t K, uint8_t* data, uint8_
     for (int64_t k = 0; k < K; ++k) data[r * K + k] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * mult[k]);
 }
 
+/*! keys[k] = max over `rows` rows of amax_key(x[r * K + k]): per-column amax as bits. */
+template <typename T>
+TWE_CPU_CLONES void column_amax_keys(const T* x, int64_t rows, int64_t K, uint32_t* keys) {
+  for (int64_t k = 0; k < K; ++k) keys[k] = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < K; ++k) {
+      const uint32_t key = numerics::amax_key(to_float(x[r * K + k]));
+      keys[k] = key > keys[k] ? key : keys[k];
+    }
+}
+
+/*! out[r * K + k] = FP8(x[r * K + k] * scale[k]) for `rows` rows: per-column scales. */
+template <FP8Format F, typename T>
+TWE_CPU_CLONES void cast_columns(const T* x, int64_t rows, int64_t K, const float* scale, uint8_t* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < K; ++k) out[r * K + k] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale[k]);
+}
+
 template <typename T>
 float block_amax(const T* x, int64_t n) {
   return numerics::bits_to_float(amax_key_run(x, n));
@@ -243,8 +261,7 @@ void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler
         for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
           const T* block = x + r * K + kb * kFP8Block;
           const float scale = scaler(block_amax(block, kFP8Block));
-          for (int64_t i = 0; i < kFP8Block; ++i)
-            o.row_data[r * K + kb * kFP8Block + i] = numerics::float_to_fp8<F>(to_float(block[i]) * scale);
+          cast_run<F>(block, kFP8Block, scale, o.row_data + r * K + kb * kFP8Block);
           o.row_scales[kb * o.row_stride + r] = 1.0f / scale;
         }
       }
@@ -252,19 +269,20 @@ void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler
   }
   if (o.col_data) {
     parallel_for(R / kFP8Block, R * K, [&](int64_t rb_begin, int64_t rb_end) {
+      std::vector<uint32_t> keys(static_cast<size_t>(K));
       std::vector<float> scale(static_cast<size_t>(K));
+      std::vector<uint8_t> block(static_cast<size_t>(kFP8Block * K));
       for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
-        std::fill(scale.begin(), scale.end(), 0.0f);  // running amax, then the scale
-        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
-          for (int64_t k = 0; k < K; ++k) scale[k] = numerics::amax_update(scale[k], to_float(x[r * K + k]));
+        const T* xb = x + rb * kFP8Block * K;
+        column_amax_keys(xb, kFP8Block, K, keys.data());
         for (int64_t k = 0; k < K; ++k) {
-          scale[k] = scaler(scale[k]);
+          scale[k] = scaler(numerics::bits_to_float(keys[k]));
           o.col_scales[rb * o.col_stride + k] = 1.0f / scale[k];
         }
-        // Column k of this row block is one contiguous run of the (K, R) output.
-        for (int64_t k = 0; k < K; ++k)
-          for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
-            o.col_data[k * R + r] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale[k]);
+        // Cast row-major with per-column scales, then store transposed: column k of this row
+        // block is one contiguous run of the (K, R) output.
+        cast_columns<F>(xb, kFP8Block, K, scale.data(), block.data());
+        transpose_bytes(block.data(), kFP8Block, K, o.col_data + rb * kFP8Block, R);
       }
     });
   }
@@ -274,20 +292,20 @@ void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler
 template <FP8Format F, typename T>
 void fp8_block_2d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
   parallel_for(R / kFP8Block, R * K, [&](int64_t rb_begin, int64_t rb_end) {
+    std::vector<uint8_t> tile(static_cast<size_t>(kFP8Block * kFP8Block));
     for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
       for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
-        float amax = 0.0f;
-        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
-          for (int64_t k = kb * kFP8Block; k < (kb + 1) * kFP8Block; ++k)
-            amax = numerics::amax_update(amax, to_float(x[r * K + k]));
-        const float scale = scaler(amax);
-        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r) {
-          for (int64_t k = kb * kFP8Block; k < (kb + 1) * kFP8Block; ++k) {
-            const uint8_t q = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale);
-            if (o.row_data) o.row_data[r * K + k] = q;
-            if (o.col_data) o.col_data[k * R + r] = q;
-          }
+        const T* xt = x + rb * kFP8Block * K + kb * kFP8Block;
+        uint32_t key = 0;
+        for (int64_t r = 0; r < kFP8Block; ++r) key = std::max(key, amax_key_run(xt + r * K, kFP8Block));
+        const float scale = scaler(numerics::bits_to_float(key));
+        for (int64_t r = 0; r < kFP8Block; ++r) {
+          uint8_t* q = o.row_data ? o.row_data + (rb * kFP8Block + r) * K + kb * kFP8Block : tile.data() + r * kFP8Block;
+          cast_run<F>(xt + r * K, kFP8Block, scale, q);
+          if (o.row_data && o.col_data) std::memcpy(tile.data() + r * kFP8Block, q, kFP8Block);
         }
+        if (o.col_data)
+          transpose_bytes(tile.data(), kFP8Block, kFP8Block, o.col_data + kb * kFP8Block * R + rb * kFP8Block, R);
         if (o.row_scales) o.row_scales[rb * o.row_stride + kb] = 1.0f / scale;
         if (o.col_scales) o.col_scales[kb * o.col_stride + rb] = 1.0f / scale;
       }

@@ -1,5 +1,5 @@
 """Every bf16 and fp16 bit pattern, and a million random fp32 bit patterns, through the
-vectorized quantize loops (FP8 per-tensor, MXFP8, NVFP4 round-to-nearest) (csrc/cpu/quantize.cc, one clone per x86 level, picked at run time)
+vectorized quantize loops (FP8 per-tensor, MXFP8, FP8 block, NVFP4 round-to-nearest) (csrc/cpu/quantize.cc, one clone per x86 level, picked at run time)
 against the NumPy reference, byte for byte: saturation, NaN, ±inf, subnormals, ties."""
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ def _random_fp32(seed: int) -> np.ndarray:
 
 QUANTIZERS = [te.Float8CurrentScalingQuantizer("e4m3"), te.Float8CurrentScalingQuantizer("e5m2"),
               te.Float8CurrentScalingQuantizer("e4m3", columnwise=False), te.MXFP8Quantizer("e4m3"),
-              te.MXFP8Quantizer("e5m2"), te.NVFP4Quantizer(), te.NVFP4Quantizer(with_2d_quantization=True)]
+              te.MXFP8Quantizer("e5m2"), te.Float8BlockQuantizer("e4m3", block_scaling_dim=1),
+              te.Float8BlockQuantizer("e5m2", block_scaling_dim=2, force_pow_2_scales=False),
+              te.NVFP4Quantizer(), te.NVFP4Quantizer(with_2d_quantization=True)]
 
 
 @pytest.mark.parametrize("q", QUANTIZERS, ids=repr)
@@ -45,7 +47,8 @@ def test_vectorized_casts_match_reference_on_every_pattern(q, kind):
     else:
         x = _all_16bit(ml_dtypes.bfloat16 if kind == "bfloat16" else np.float16)
     qt = tep.quantize(to_torch(x), q)
-    expected = reference_quantize_block(x, q) if q.scaling_mode == "nvfp4" else reference_quantize(x, q)
+    expected = (reference_quantize_block(x, q) if q.scaling_mode in ("nvfp4", "fp8_block")
+                else reference_quantize(x, q))
     assert_quantized_equal(fields_as_numpy(qt), expected, f"{q!r} {kind}")
 
 
