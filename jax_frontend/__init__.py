@@ -1,11 +1,13 @@
 """twinengine.jax: twinengine ops for JAX as XLA FFI calls, jit- and vmap-clean."""
 
 from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTensor pytree)
+from ._library import export_disabled_checks
 from . import ops
 from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
 from ._ops.gemm import gemm
+from .interop import from_torch
 from ._ops.permute import (
     moe_permute,
     moe_permute_with_probs,
@@ -13,7 +15,8 @@ from ._ops.permute import (
     moe_sort_chunks_by_index_with_probs,
     moe_unpermute,
 )
-from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
+from ._ops.quantize import (dequantize, fake_quantize, make_empty, quantize, quantize_into, record_amax,
+                           update_delayed_scaling)
 
 __all__ = [
     "layernorm",
@@ -27,6 +30,10 @@ __all__ = [
     "delayed_scaling_state",
     "dense",
     "dequantize",
+    "make_empty",
+    "from_torch",
+    "fake_quantize",
+    "export_disabled_checks",
     "gemm",
     "moe_permute",
     "moe_permute_with_probs",
@@ -34,6 +41,8 @@ __all__ = [
     "moe_sort_chunks_by_index_with_probs",
     "moe_unpermute",
     "quantize",
+    "quantize_into",
+    "make_empty",
     "record_amax",
     "update_delayed_scaling",
 ]

@@ -83,6 +83,14 @@ _JITTED: dict[KernelCall, object] = {}  # eager calls' jitted FFI calls, by valu
 _JITTED_LIMIT = 4096
 
 
+def export_disabled_checks() -> list:
+    """The ``disabled_checks=`` that ``jax.export.export`` needs for programs calling twinengine:
+    one ``DisabledSafetyCheck.custom_call`` per FFI target. Our targets carry no cross-version
+    compatibility guarantee: a serialized program runs with the same twinengine build (the
+    targets are registered by ``import twinengine.jax``)."""
+    return [jax.export.DisabledSafetyCheck.custom_call(name) for name in sorted(_C.ffi_targets())]
+
+
 def _register_targets() -> None:
     for name, platforms in _C.ffi_targets().items():
         for platform, capsule in platforms.items():

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from ..fusion.blocks import mlp_widths, normalization_kind
 from ..linear import linear_quantizers
 from ..recipe import DelayedScaling, Recipe
+from ..te_migration import as_recipe
 from ._ops.dense import delayed_scaling_state
 from .autocast import current_recipe
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, rmsnorm
@@ -67,6 +68,7 @@ class _NormBlock(nn.Module):
         recipe: Recipe | None = self.recipe if self.recipe is not None else current_recipe()
         state_vars = None
         if recipe is not None:
+            recipe = as_recipe(recipe, type(self).__name__)  # a TransformerEngine recipe, converted
             qs = linear_quantizers(recipe)
             if qs.needs_rng and rngs is None:
                 rngs = {n: jax.random.bits(self.make_rng("stochastic_rounding"), (2,), jnp.uint32) for n in names}

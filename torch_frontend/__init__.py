@@ -10,6 +10,7 @@ from . import ops
 from .modules.linear import Linear
 from .modules.normalization import LayerNorm, LayerNormLinear, LayerNormMLP, RMSNorm
 from ._ops.gemm import gemm
+from .interop import from_jax
 from ._ops.linear import linear
 from ._ops.permute import (
     moe_permute,
@@ -18,7 +19,8 @@ from ._ops.permute import (
     moe_sort_chunks_by_index_with_probs,
     moe_unpermute,
 )
-from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
+from ._ops.quantize import (dequantize, fake_quantize, make_empty, quantize, quantize_, record_amax,
+                           update_delayed_scaling)
 
 __all__ = [
     "LayerNorm",
@@ -29,6 +31,9 @@ __all__ = [
     "ops",
     "autocast",
     "dequantize",
+    "make_empty",
+    "from_jax",
+    "fake_quantize",
     "gemm",
     "linear",
     "moe_permute",
@@ -37,6 +42,8 @@ __all__ = [
     "moe_sort_chunks_by_index_with_probs",
     "moe_unpermute",
     "quantize",
+    "quantize_",
+    "make_empty",
     "record_amax",
     "update_delayed_scaling",
 ]

@@ -80,6 +80,15 @@ def _kinds(descs: Sequence[OpDesc], start: int, kinds: Sequence[str | tuple[str,
     return True
 
 
+def quantization_source(descs: Sequence[OpDesc], i: int, quantized: bool) -> int:
+    """The op whose input quantization op i's quantized output uses: a Quantize op right before a
+    BasicLinear under a recipe takes that Linear's (so the bytes equal the Linear quantizing its
+    input itself); any other op its own."""
+    if descs[i].kind == "quantize" and quantized and i + 1 < len(descs) and descs[i + 1].kind == "basic_linear":
+        return i + 1
+    return i
+
+
 _LINEAR_TAILS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("bias", "activation"), "BasicLinear+Bias+{act}"),
     (("bias", "add_extra_input"), "LinearBiasAdd"),
@@ -87,7 +96,9 @@ _LINEAR_TAILS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("add_extra_input",), "LinearAdd"),
     (("bias",), "BasicLinear+Bias"),
 )
-"""Forward tails fused with a BasicLinear (GEMM + epilogue), longest first."""
+"""Forward tails grouped with a BasicLinear, longest first. The group runs the GEMM and its
+members' kernels back to back inside one autograd node (no GEMM epilogue kernel yet); its backward
+fuses Bias + activation into one kernel."""
 
 
 def _group_at(descs: Sequence[OpDesc], i: int, quantized: bool) -> KernelGroup:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..dtypes import ABI_CODES, HIGH_PRECISION, canonical_dtype
 from ..quantized_tensor import QuantizedTensor
-from .opdef import KernelCall, OpDef, TensorSpec, fail, flatten_2d, round_up
+from .opdef import KernelCall, OpDef, TensorSpec, dims, fail, flatten_2d, round_up
 from .quantize import ArrayMeta
 
 _OP = "gemm"
@@ -86,15 +86,15 @@ def _validate(a: Any, b: Any, bias: ArrayMeta | None = None, *, a_columnwise: bo
     m, k_a = _logical_dims(a, a_columnwise)
     n, k_b = _logical_dims(b, b_columnwise)
     if k_a != k_b:
-        fail(_OP, ValueError, f"a and b disagree on the contraction dimension: a {tuple(a.shape)} "
-             f"(columnwise={a_columnwise}) gives K={k_a}, b {tuple(b.shape)} (columnwise={b_columnwise}) gives K={k_b}")
+        fail(_OP, ValueError, f"a and b disagree on the contraction dimension: a {dims(a.shape)} "
+             f"(columnwise={a_columnwise}) gives K={k_a}, b {dims(b.shape)} (columnwise={b_columnwise}) gives K={k_b}")
     if out_dtype not in HIGH_PRECISION:
         fail(_OP, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
     if bias is not None:
         if bias.dtype not in HIGH_PRECISION:
             fail(_OP, TypeError, f"bias must be float32, bfloat16 or float16, got {bias.dtype}")
         if tuple(bias.shape) != (n,):
-            fail(_OP, ValueError, f"bias must have shape ({n},), got {tuple(bias.shape)}")
+            fail(_OP, ValueError, f"bias must have shape ({n},), got {dims(bias.shape)}")
 
 
 def _k_major(x: Any, columnwise: bool) -> bool:

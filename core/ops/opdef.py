@@ -126,6 +126,11 @@ def _static_key(value: Any) -> Any:
     return None
 
 
+def dims(shape: Sequence[Any]) -> tuple[int, ...]:
+    """A shape as plain ints, for error messages only (call it on the failure path)."""
+    return tuple(int(d) for d in shape)
+
+
 def fail(op: str, exc_type: type[Exception], message: str) -> None:
     """Raises ``exc_type("twinengine.<op>: <message>")`` — the one error format of every op."""
     raise exc_type(f"twinengine.{op}: {message}")
@@ -153,7 +158,7 @@ def check_array(op: str, name: str, shape: Sequence[Any], dtype: str, *, expect_
     if expect_dtypes is not None and dtype not in expect_dtypes:
         fail(op, TypeError, f"{name} must have dtype {' or '.join(expect_dtypes)}, got {dtype}")
     if expect_shape is not None and tuple(shape) != tuple(expect_shape):
-        fail(op, ValueError, f"{name} must have shape {tuple(expect_shape)}, got {tuple(shape)}")
+        fail(op, ValueError, f"{name} must have shape {dims(expect_shape)}, got {dims(shape)}")
 
 
 def check_device(op: str, name: str, device_type: str, supported: Sequence[str]) -> None:

@@ -13,10 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...fusion import KernelGroup, check_sequential, plan
+from ...fusion import (KernelGroup, check_extra_inputs, check_sequential, plan, quantization_source, reject_member,
+                       reject_quantized_output)
 from ...quantized_tensor import QuantizedTensor
 from .._ops.activation import activation_bwd_dbias
 from ..autocast import current_recipe
+from .linear import Linear
 from .op import BasicOperation, OpContext
 
 
@@ -62,20 +64,25 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
     n = len(ops)
     states = tuple(state) if state is not None else (None,) * n
     rng_list = tuple(rngs) if rngs is not None else (None,) * n
-    groups = plan([op.describe() for op in ops], recipe is not None, fuse)
+    descs = [op.describe() for op in ops]
+    groups = plan(descs, recipe is not None, fuse)
+    sources = [quantization_source(descs, i, recipe is not None) for i in range(n)]
     calls = [op.op_call(recipe, states[i], rng_list[i], training) for i, op in enumerate(ops)]
     statics = [c[0] for c in calls]
     arrays = tuple(c[1] for c in calls)
-    expected = sum(op.num_extra_inputs for op in ops)
-    if len(extra_inputs) != expected:
-        raise ValueError(f"twinengine.Sequential: the ops take {expected} extra input(s) (AddExtraInput), got "
-                         f"{len(extra_inputs)}")
+    check_extra_inputs(sum(op.num_extra_inputs for op in ops), len(extra_inputs))
     aux: list = []  # static parts of the residuals, filled by the forward for the backward
 
-    def handoff(group: KernelGroup, i: int, call_arrays: Sequence[dict]) -> dict:
-        if i != group.emitter:
+    def quantize_kwargs(group: KernelGroup, i: int, call_arrays: Sequence[dict], h: Any) -> dict:
+        """As the torch runner: the emitter writes the quantized input of the group's target (whose
+        quantization core's quantization_source names); a Quantize op before a Linear uses the
+        Linear's; empty inputs are never quantized."""
+        if not isinstance(h, QuantizedTensor) and np.size(h) == 0:
             return {}
-        j = group.quantize_for
+        target = group.quantize_for if i == group.emitter else (i if sources[i] != i else None)
+        if target is None:
+            return {}
+        j = sources[target]
         return ops[j].op_input_quantization(statics[j], call_arrays[j]) or {}
 
     def forward(x, params, call_arrays, extra):
@@ -85,7 +92,7 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
         for group in groups:
             for i in group.ops:
                 op = ops[i]
-                kwargs = {**statics[i], **call_arrays[i], **handoff(group, i, call_arrays)}
+                kwargs = {**statics[i], **call_arrays[i], **quantize_kwargs(group, i, call_arrays, h)}
                 if op.num_extra_inputs:
                     kwargs["extra_inputs"] = tuple(extra[:op.num_extra_inputs])
                     extra = extra[op.num_extra_inputs:]
@@ -101,12 +108,11 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
                     extras_out.extend(extras)
                 ctxs.append(ctx)
         if isinstance(h, QuantizedTensor):
-            raise TypeError("twinengine.Sequential: the last op returns a QuantizedTensor (a Quantize op at the end); "
-                            "quantized data carries no gradient, so keep the Linear that consumes it in the same "
-                            "Sequential")
+            reject_quantized_output()
         residual_arrays, layout = [], []
         for ctx in ctxs:
-            leaves, treedef = jax.tree_util.tree_flatten(ctx.saved)
+            extras = {k: v for k, v in vars(ctx).items() if k not in ("saved", "static")}
+            leaves, treedef = jax.tree_util.tree_flatten((ctx.saved, extras))
             mask = [_is_array(leaf) for leaf in leaves]
             residual_arrays.extend(leaf for leaf, m in zip(leaves, mask) if m)
             layout.append((treedef, mask, [leaf for leaf, m in zip(leaves, mask) if not m]))
@@ -125,7 +131,9 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
             residual_arrays = residual_arrays[sum(mask):]
             leaves = [next(arrays_iter) if m else next(static_iter) for m in mask]
             ctx = OpContext(statics[i])
-            ctx.saved = jax.tree_util.tree_unflatten(treedef, leaves)
+            ctx.saved, extras = jax.tree_util.tree_unflatten(treedef, leaves)
+            for name, value in extras.items():  # attributes a user op set on its context
+                setattr(ctx, name, value)
             ctxs.append(ctx)
         extra_grads = list(d_extras)
         dparams: list = [None] * n
@@ -153,7 +161,7 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
                 act = ops[act_i]
                 (z,) = ctxs[act_i].saved
                 quantization = {}
-                if group.quantize_grad_for is not None:
+                if group.quantize_grad_for is not None and np.size(h) != 0:
                     q = group.quantize_grad_for
                     quantization = ops[q].op_grad_quantization(ctxs[q]) or {}
                 dz, dbias, qdz = activation_bwd_dbias(h, z, act.activation, limit=act.limit, alpha=act.alpha,
@@ -194,11 +202,10 @@ def _flatten_ops(ops: Sequence[Any]) -> list[BasicOperation]:
     for op in ops:
         if isinstance(op, BasicOperation):
             out.append(op)
-        elif isinstance(getattr(op, "basic_ops", None), tuple):
+        elif isinstance(op, (Sequential, Linear)):
             out.extend(op.basic_ops)
         else:
-            raise TypeError(f"twinengine.Sequential: ops must be twinengine basic operations (or Sequentials of "
-                            f"them), got {type(op).__name__}")
+            reject_member(type(op).__name__)
     return out
 
 

@@ -217,3 +217,129 @@ def test_layernorm_linear_torch_matches_jax_layernorm_dense(recipe_name, normali
     assert_bytes_equal(_np(xt.grad), _np(gx), "dx")
     for name, p in module.named_parameters():
         assert_bytes_equal(_np(p.grad), _np(gp[name]), f"d{name}")
+
+
+@pytest.mark.parametrize("recipe_name", list(RECIPES))
+def test_linear_module_ops_linear_and_dense_give_the_same_bytes(recipe_name):
+    """NUMERICS §11: tep.Linear, ops.Linear (BasicLinear + Bias) and tej.dense round the GEMM output to
+    x's dtype, then add the bias, and reduce the bias gradient with Σc — identical bytes (bf16 here)."""
+    recipe = RECIPES[recipe_name]
+    torch.manual_seed(0)
+    layer = tep.Linear(HIDDEN, HIDDEN, params_dtype=torch.bfloat16, amax_history_len=4)
+    op_linear = tops.Linear(HIDDEN, HIDDEN, dtype=torch.bfloat16, amax_history_len=4)
+    with torch.no_grad():
+        layer.bias.uniform_(-1, 1)
+        op_linear.basic_ops[0].weight.copy_(layer.weight)
+        op_linear.basic_ops[1].bias.copy_(layer.bias)
+    x, _, dy = _inputs("rmsnorm_mlp", "bfloat16")
+    results = []
+    for module in (layer, op_linear):
+        xt = to_torch(x).requires_grad_(True)
+        with tep.autocast(recipe=recipe) if recipe is not None else contextlib.nullcontext():
+            y = module(xt)
+        y.backward(to_torch(dy))
+        results.append([y.detach(), xt.grad] + [p.grad for p in module.parameters()])
+    for i, (a, b) in enumerate(zip(*results)):
+        assert_bytes_equal(_np(a), _np(b), f"tep.Linear vs ops.Linear item {i}")
+    delayed = isinstance(recipe, te.recipe.DelayedScaling)
+    rng = jnp.asarray([0, 0], jnp.int32)
+
+    def loss(x, kernel, bias):
+        out = tej.dense(x, kernel, bias, recipe=recipe, state=tej.delayed_scaling_state(4) if delayed else None,
+                        rng=rng if recipe is not None and te.linear.linear_quantizers(recipe).needs_rng else None)
+        out = out[0] if delayed else out
+        return jnp.sum(out.astype(jnp.float32) * jnp.asarray(dy).astype(jnp.float32)), out
+
+    (_, yj), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(
+        jnp.asarray(x), jnp.asarray(_np(layer.weight.detach())).T, jnp.asarray(_np(layer.bias.detach())))
+    assert_bytes_equal(_np(results[0][0]), _np(yj), "dense y")
+    assert_bytes_equal(_np(results[0][1]), _np(grads[0]), "dense dx")
+    assert_bytes_equal(_np(results[0][3]), _np(grads[2]), "dense dbias")
+
+
+@pytest.mark.parametrize("recipe_name", list(RECIPES))
+def test_zero_rows_work_under_every_recipe(recipe_name):
+    """Zero-row inputs give empty outputs and zero gradients, quantized or not, in both frontends;
+    DelayedScaling state is left as it was (an all-zero amax marks the slot unused, NUMERICS §3)."""
+    recipe, dtype = RECIPES[recipe_name], dtype_for(recipe_name)
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    torch.manual_seed(0)
+    module = tep.LayerNormMLP(HIDDEN, 128, activation="swiglu", params_dtype=torch_dtype, amax_history_len=4)
+    buffers = [b.clone() for b in module.buffers() if b.dtype == torch.float32]
+    x = torch.zeros(0, HIDDEN, dtype=torch_dtype, requires_grad=True)
+    with tep.autocast(recipe=recipe) if recipe is not None else contextlib.nullcontext():
+        y = module(x)
+    assert y.shape == (0, HIDDEN)
+    y.sum().backward()
+    assert x.grad.shape == (0, HIDDEN)
+    assert all(int(torch.count_nonzero(p.grad)) == 0 for p in module.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(buffers, [b for b in module.buffers() if b.dtype == torch.float32]))
+    params = tej.params_from_torch(module.state_dict())
+    delayed = isinstance(recipe, te.recipe.DelayedScaling)
+    state = {"fc1": tej.delayed_scaling_state(4), "fc2": tej.delayed_scaling_state(4)} if delayed else None
+    rngs = {"fc1": jnp.asarray([0, 0], jnp.int32), "fc2": jnp.asarray([1, 0], jnp.int32)}
+
+    def loss(params, state):
+        out = tej.layernorm_mlp(jnp.zeros((0, HIDDEN), dtype), params, activation="swiglu", state=state, rngs=rngs,
+                                recipe=recipe)
+        out = out[0] if delayed else out
+        return jnp.sum(out.astype(jnp.float32))
+
+    grads, next_state = jax.grad(loss, argnums=(0, 1))(params, state)
+    assert all(float(jnp.abs(g.astype(jnp.float32)).max()) == 0.0 for g in grads.values())
+    if delayed:
+        for name in ("fc1", "fc2"):
+            for key, value in state[name].items():
+                assert_bytes_equal(_np(next_state[name][key]), _np(value), f"{name} {key}")
+
+
+@pytest.mark.parametrize("frontend", ["torch", "jax"])
+def test_quantize_op_hands_the_linear_its_own_quantized_input(frontend):
+    """Quantize() before a BasicLinear under a recipe quantizes exactly as the Linear would: the
+    Linear receives a QuantizedTensor (fused with a norm or standalone) and the bytes match a plain
+    norm -> Linear."""
+    ops = tops if frontend == "torch" else jops
+    received = []
+
+    class Spy(ops.BasicLinear):
+        def op_forward_compute(self, x, params, **kwargs):
+            received.append(type(x).__name__)
+            return super().op_forward_compute(x, params, **kwargs)
+
+    recipe = RECIPES["mxfp8"]
+    x, _, _ = _inputs("rmsnorm_mlp", "float32")
+    for lead in ([ops.LayerNorm(HIDDEN), ops.Quantize()], [ops.Quantize()]):
+        received.clear()
+        seq = ops.Sequential(*lead, Spy(HIDDEN, HIDDEN))
+        if frontend == "torch":
+            with tep.autocast(recipe=recipe):
+                seq(to_torch(x))
+        else:
+            params = seq.init(jax.random.PRNGKey(0), jnp.float32)
+            seq(jnp.asarray(x), params, recipe=recipe)
+        assert received == ["QuantizedTensor"], (lead, received)
+
+
+def test_quantized_input_to_a_torch_sequential_and_nested_modules():
+    quantized = tep.quantize(torch.randn(64, 64), te.MXFP8Quantizer())
+    linear = tops.BasicLinear(64, 64)
+    with tep.autocast(recipe=RECIPES["mxfp8"]):
+        y = tops.Sequential(linear)(quantized)
+    y.sum().backward()
+    assert linear.weight.grad is not None and linear.weight.grad.shape == (64, 64)
+    for bad in (lambda: tops.Sequential(tep.LayerNormMLP(16, 16)), lambda: jops.Sequential(object())):
+        with pytest.raises(TypeError, match="twinengine.Sequential: ops must be twinengine basic operations"):
+            bad()
+
+
+def test_jax_legacy_user_op_context_attributes_reach_the_backward():
+    class Triple(jops.BasicOperation):
+        def op_forward(self, ctx, x, params, **kwargs):
+            ctx.factor = 3.0
+            return x * 3.0
+
+        def op_backward(self, ctx, dy):
+            return dy * ctx.factor, ()
+
+    g = jax.grad(lambda x: jnp.sum(jops.Sequential(Triple())(x, ((),))))(jnp.ones((2, 4)))
+    assert float(g[0, 0]) == 3.0

@@ -1,6 +1,6 @@
 """Independent NumPy reference for the GEMM (NUMERICS.md §8), from the stored bytes.
 
-Never imports twinengine. Operands come as their stored arrays (uint8 FP8 codes, scales) and
+Never imports twinengine's kernels or frontends (builds on twinengine.testing.reference). Operands come as their stored arrays (uint8 FP8 codes, scales) and
 layout flags; the reference decodes them itself and computes in float64, returning the exact
 result of the spec's math together with a bound on the fp32 summation error of any order.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .quantize import decode_e2m1_ref, decode_fp8_ref, e8m0_to_float_ref, unpack_e2m1_ref
+from twinengine.testing.reference import decode_e2m1_ref, decode_fp8_ref, e8m0_to_float_ref, unpack_e2m1_ref
 
 __all__ = ["per_tensor_operand_ref", "mxfp8_operand_ref", "fp8_block_operand_ref", "nvfp4_operand_ref",
            "high_precision_operand_ref", "gemm_ref", "gemm_tolerance_ref", "gemm_cuda_tolerance_ref",

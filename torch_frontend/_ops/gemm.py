@@ -10,7 +10,8 @@ from ...ops.gemm import (GEMM, copy_arrays, gemm_arrays, gemm_operand, gemm_plan
                          with_workspace)
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
+from .._library import (check_tensor_device, dtype_name, empty_outputs, launch, meta, surface_errors,
+                        tensor_fallback)
 
 
 def _describe(x):
@@ -71,6 +72,7 @@ def _nvfp4_only(qt: QuantizedTensor, amax: torch.Tensor | None) -> torch.Tensor 
     return amax if qt.quantizer.scaling_mode == "nvfp4" else None
 
 
+@surface_errors(tensor_fallback)
 def gemm(a: torch.Tensor | QuantizedTensor, b: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
          a_columnwise: bool = False, b_columnwise: bool = False, out_dtype: torch.dtype = torch.float32
          ) -> torch.Tensor:

@@ -12,6 +12,7 @@ import torch
 from ...fusion.blocks import block_layout, mlp_widths, normalization_kind
 from ..ops import BasicLinear, Bias, LayerNorm as _LayerNormOp, MakeExtraOutput, RMSNorm as _RMSNormOp, run_ops
 from ..ops.activation import activation_op
+from ..te_migration import load_te_checkpoint_hook
 
 
 def _norm_op(normalization: str, hidden: int, eps: float, zero_centered_gamma: bool):
@@ -97,6 +98,8 @@ class LayerNormLinear(_NormBlock):
     Parameters (TE names): ``layer_norm_weight``, ``layer_norm_bias`` (LayerNorm only),
         ``weight`` (out_features, in_features), ``bias`` (out_features,) when ``bias``.
     Returns: y, or (y, normalized input) with ``return_layernorm_output``.
+    Checkpoints: a TE LayerNormLinear state dict loads as is (``_extra_state`` rule in
+        ``twinengine.pytorch.te_migration``).
     State: the Linear's delayed-scaling buffers and ``rng_state`` (seed ``rng_seed``) live in its
         BasicLinear op inside ``basic_ops``.
     Raises:
@@ -118,6 +121,7 @@ class LayerNormLinear(_NormBlock):
         self.basic_ops = torch.nn.ModuleList(_block_ops(self._layout, normalization, eps, zero_centered_gamma,
                                                         [(in_features, out_features)], None, None, device,
                                                         amax_history_len, rng_seed))
+        self.register_load_state_dict_pre_hook(load_te_checkpoint_hook)  # TE checkpoints (te_migration.py)
 
 
 class LayerNormMLP(_NormBlock):
@@ -128,6 +132,8 @@ class LayerNormMLP(_NormBlock):
         ``fc1_weight`` (fc1 width, hidden_size), ``fc1_bias``, ``fc2_weight`` (hidden_size,
         ffn_hidden_size), ``fc2_bias``.
     Returns: y, or (y, normalized input) with ``return_layernorm_output``.
+    Checkpoints: a TE LayerNormMLP state dict loads as is (``_extra_state`` rule in
+        ``twinengine.pytorch.te_migration``; FC1 is TE's GEMM 0, FC2 its GEMM 1).
     State: FC1's and FC2's delayed-scaling buffers and ``rng_state`` in their BasicLinear ops,
         seeded ``rng_seed`` and ``rng_seed + 1``.
     Raises:
@@ -153,3 +159,4 @@ class LayerNormMLP(_NormBlock):
                                                         [(hidden_size, fc1_width), (ffn_hidden_size, hidden_size)],
                                                         activation, activation_params, device, amax_history_len,
                                                         rng_seed))
+        self.register_load_state_dict_pre_hook(load_te_checkpoint_hook)  # TE checkpoints (te_migration.py)

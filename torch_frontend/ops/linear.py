@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ...fusion.ops import OpDesc, check_features, check_input_kind
+from ...fusion.ops import OpDesc, check_features, check_input_kind, check_param_shape
 from ...linear import check_delayed_state, linear_quantizers
 from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
@@ -106,8 +106,15 @@ class BasicLinear(BasicOperation):
     def op_forward_compute(self, x, params, *, quantizers=None, fwd_scale=None, bwd_scale=None,
                            bwd_amax_history=None, rng=None):
         (weight,) = params
+        check_param_shape("BasicLinear", "weight", weight.shape, (self.out_features, self.in_features))
         quantized_input = isinstance(x, QuantizedTensor)
         lead = tuple(x.shape[:-1])
+        if quantizers is not None and not quantized_input and x.numel() == 0:
+            # Zero rows: nothing to quantize or multiply (NUMERICS §3: an all-zero amax leaves the
+            # delayed-scaling state unchanged); empty output, zero weight gradient.
+            y = torch.empty(*lead, weight.shape[0], dtype=x.dtype, device=x.device)
+            amax = torch.zeros(2, dtype=torch.float32, device=x.device) if quantizers.delayed else None
+            return y, {"qs": None, "x": x, "weight": weight, "amax": amax}
         if quantizers is None:
             check_input_kind("BasicLinear", quantized_input, False)
             y = gemm(_rows(x), weight, out_dtype=x.dtype).reshape(*lead, weight.shape[0])

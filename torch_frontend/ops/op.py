@@ -56,6 +56,11 @@ class OpContext:
     def _tensors(self) -> list[torch.Tensor]:
         return [self._leaves[i] for i in self._tensor_slots]
 
+    def _drop_tensors(self) -> None:
+        """Forgets the tensors once they are in save_for_backward (the backward rebuilds ``saved``)."""
+        self._leaves = [None if i in set(self._tensor_slots) else leaf for i, leaf in enumerate(self._leaves)]
+        self.saved = None
+
     def _for_backward(self, tensors: list[torch.Tensor]) -> "_BackwardContext":
         """The context the backward sees: ``saved`` rebuilt around the saved tensors (a new object:
         the traced backward must not mutate objects of the forward)."""

@@ -17,10 +17,12 @@ from typing import Any, Sequence
 
 import torch
 
-from ...fusion import KernelGroup, check_sequential, plan
+from ...fusion import (KernelGroup, check_extra_inputs, check_sequential, plan, quantization_source, reject_member,
+                       reject_quantized_output)
 from ...quantized_tensor import QuantizedTensor
 from .._ops.activation import activation_bwd_dbias
 from ..autocast import current_recipe
+from .linear import Linear
 from .op import BasicOperation, OpContext
 
 
@@ -30,6 +32,7 @@ class _Run:
 
     ops: tuple[BasicOperation, ...]
     groups: tuple[KernelGroup, ...]
+    sources: tuple[int, ...]           # per op: whose input quantization its quantized output uses
     static: tuple[dict, ...]           # per op: static compute kwargs
     tensor_keys: tuple[tuple[str, ...], ...]  # per op: names of its tensor compute kwargs
     param_counts: tuple[int, ...]
@@ -47,13 +50,23 @@ class _Run:
         return params, tensors, flat
 
     def handoff(self, target: int, tensors: list[dict]) -> dict:
-        """Quantization kwargs an emitter uses to write op `target`'s quantized input."""
-        return self.ops[target].op_input_quantization(self.static[target], tensors[target]) or {}
+        """Quantization kwargs that write op `target`'s quantized input (core quantization_source
+        decides whose quantization that is)."""
+        source = self.sources[target]
+        return self.ops[source].op_input_quantization(self.static[source], tensors[source]) or {}
 
 
-def _emitter_kwargs(run: _Run, group: KernelGroup, i: int, tensors: list[dict]) -> dict:
-    """The hand-off kwargs of op i: set on the member right before the group's quantize target."""
-    return run.handoff(group.quantize_for, tensors) if i == group.emitter else {}
+def _quantize_kwargs(run: _Run, group: KernelGroup, i: int, tensors: list[dict], h: Any) -> dict:
+    """The quantization kwargs of op i: the emitter right before the group's quantize target writes
+    its quantized input; a Quantize op before a Linear uses the Linear's. Empty inputs (zero rows)
+    are never quantized: they pass on empty, and the Linear then has nothing to multiply."""
+    if isinstance(h, torch.Tensor) and h.numel() == 0:
+        return {}
+    if i == group.emitter:
+        return run.handoff(group.quantize_for, tensors)
+    if run.sources[i] != i:
+        return run.handoff(i, tensors)
+    return {}
 
 
 class _SequentialFunction(torch.autograd.Function):
@@ -66,7 +79,7 @@ class _SequentialFunction(torch.autograd.Function):
         for group in run.groups:
             for i in group.ops:
                 op = run.ops[i]
-                kwargs = {**run.static[i], **tensors[i], **_emitter_kwargs(run, group, i, tensors)}
+                kwargs = {**run.static[i], **tensors[i], **_quantize_kwargs(run, group, i, tensors, h)}
                 if op.num_extra_inputs:
                     kwargs["extra_inputs"] = tuple(extra_inputs[:op.num_extra_inputs])
                     extra_inputs = extra_inputs[op.num_extra_inputs:]
@@ -82,14 +95,15 @@ class _SequentialFunction(torch.autograd.Function):
                     extra_outputs.extend(extras)
                 op_ctxs.append(op_ctx)
         ctx.save_for_backward(*[t for op_ctx in op_ctxs for t in op_ctx._tensors()])
+        for op_ctx in op_ctxs:
+            op_ctx._drop_tensors()  # held only through save_for_backward (saved-tensor hooks see every one)
         ctx.op_ctxs = op_ctxs
+        ctx.x_is_tensor = isinstance(x, torch.Tensor)
         ctx.run = run
         ctx.num_extra_outputs = len(extra_outputs)
         ctx.mark_non_differentiable(*state_outputs)
         if isinstance(h, QuantizedTensor):
-            raise TypeError("twinengine.Sequential: the last op returns a QuantizedTensor (a Quantize op at the end); "
-                            "quantized data carries no gradient, so keep the Linear that consumes it in the same "
-                            "Sequential")
+            reject_quantized_output()
         return (h, *extra_outputs, *state_outputs)
 
     @staticmethod
@@ -128,7 +142,7 @@ class _SequentialFunction(torch.autograd.Function):
         flat_grads = [g for dp, count in zip(dparams, run.param_counts) for g in _pad(dp, count)]
         flat_grads += [None] * sum(len(keys) for keys in run.tensor_keys)
         flat_grads += [g for grads_i in extra_input_grads for g in grads_i]
-        return (None, h, *flat_grads)
+        return (None, h if ctx.x_is_tensor else None, *flat_grads)
 
 
 def _pad(grads: tuple, count: int) -> tuple:
@@ -143,7 +157,7 @@ def _fused_dact_dbias(run: _Run, op_ctxs: list, group: KernelGroup, bias_i: int,
     (z,) = op_ctxs[act_i].saved
     bias_dtype = op_ctxs[bias_i].saved
     quantization = {}
-    if group.quantize_grad_for is not None:
+    if group.quantize_grad_for is not None and dy.numel() != 0:
         linear = run.ops[group.quantize_grad_for]
         quantization = linear.op_grad_quantization(op_ctxs[group.quantize_grad_for]) or {}
     dz, dbias, qdz = activation_bwd_dbias(dy, z, act.activation, limit=act.limit, alpha=act.alpha,
@@ -158,11 +172,10 @@ def _flatten_ops(ops: Sequence[BasicOperation]) -> list[BasicOperation]:
     for op in ops:
         if isinstance(op, BasicOperation):
             out.append(op)
-        elif isinstance(getattr(op, "basic_ops", None), torch.nn.ModuleList):  # Sequential, ops.Linear
+        elif isinstance(op, (Sequential, Linear)):
             out.extend(op.basic_ops)
         else:
-            raise TypeError(f"twinengine.Sequential: ops must be twinengine basic operations (or Sequentials of "
-                            f"them), got {type(op).__name__}")
+            reject_member(type(op).__name__)
     return out
 
 
@@ -175,15 +188,14 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: torch.Ten
     """
     check_sequential(len(ops))
     recipe = current_recipe()
-    groups = plan([op.describe() for op in ops], recipe is not None, fuse)
+    descs = [op.describe() for op in ops]
+    groups = plan(descs, recipe is not None, fuse)
     calls = [op.op_call(recipe) for op in ops]
-    run = _Run(ops=tuple(ops), groups=groups, static=tuple(c[0] for c in calls),
+    sources = tuple(quantization_source(descs, i, recipe is not None) for i in range(len(ops)))
+    run = _Run(ops=tuple(ops), groups=groups, sources=sources, static=tuple(c[0] for c in calls),
                tensor_keys=tuple(tuple(c[1]) for c in calls), param_counts=tuple(len(p) for p in params),
                num_extra_inputs=len(extra_inputs))
-    expected = sum(op.num_extra_inputs for op in ops)
-    if len(extra_inputs) != expected:
-        raise ValueError(f"twinengine.Sequential: the ops take {expected} extra input(s) (AddExtraInput), got "
-                         f"{len(extra_inputs)}")
+    check_extra_inputs(sum(op.num_extra_inputs for op in ops), len(extra_inputs))
     flat = [p for ps in params for p in ps] + [t for c in calls for t in c[1].values()] + list(extra_inputs)
     outputs = _SequentialFunction.apply(run, x, *flat)
     num_extra = sum(op.num_extra_outputs for op in ops)
