@@ -29,6 +29,13 @@ class ArrayMeta:
     shape: Shape
     dtype: str
 
+    def plan_key(self) -> "ArrayMeta | None":
+        """Itself as a plan-cache key when its shape is static (ints, not SymInts); else None."""
+        for d in self.shape:
+            if type(d) is not int:
+                return None
+        return self if type(self.dtype) is str else None
+
 
 _FP8_FORMAT_CODES = {"e4m3": 0, "e5m2": 1}
 _AMAX_ALGORITHMS = {"max": 0, "most_recent": 1}

@@ -31,7 +31,7 @@ def quantize(x, quantizer: Quantizer, *, scale=None, rng=None) -> QuantizedTenso
         TypeError / ValueError: from the shared core checks.
     """
     x = jnp.asarray(x)
-    call = QUANTIZE.plan(meta(x), quantizer, meta(scale), meta(rng))
+    call = QUANTIZE.cached_plan(meta(x), quantizer, meta(scale), meta(rng))
     arrays = {"x": x, "scale": scale, "rng": rng}
     outputs = ffi(call, [arrays[name] for name in call.inputs])
     fields = {spec.name: array for spec, array in zip(call.outputs, outputs)}

@@ -13,14 +13,14 @@ from ...ops.quantize import (DEQUANTIZE, F32_ABS_MASK, F32_INF_BITS, QUANTIZE, U
                              quantized_layout, validate_quantize_into, validate_record_amax)
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import (check_tensor_device, dtype_name, empty_outputs, launch, meta, surface_errors,
-                        tensor_fallback, torch_dtype, tuple_fallback)
+from .._library import (check_tensor_device, dtype_name, empty_outputs, launch, meta, packed_call, plain_eager,
+                        surface_errors, tensor_fallback, torch_dtype, tuple_fallback, view_spec)
 
 
 @torch.library.custom_op("twinengine::quantize", mutates_args=())
 def _quantize(x: torch.Tensor, quantizer: Quantizer, scale: torch.Tensor | None = None,
               rng: torch.Tensor | None = None) -> list[torch.Tensor]:
-    call = QUANTIZE.plan(meta(x), quantizer, meta(scale), meta(rng))
+    call = QUANTIZE.cached_plan(meta(x), quantizer, meta(scale), meta(rng))
     arrays = {"x": x, "scale": scale, "rng": rng}
     return launch(call, [arrays[name] for name in call.inputs], x.device)
 
@@ -96,6 +96,32 @@ def _as_quantized(data, scale_inv, amax, quantizer, shape, columnwise) -> Quanti
     return QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(shape))
 
 
+_EAGER_CPU: dict = {}  # (x.shape, x.dtype, quantizer) -> everything an eager CPU quantize repeats
+_EAGER_CPU_LIMIT = 4096
+
+
+def _quantize_eager_cpu(x: torch.Tensor, quantizer: Quantizer) -> QuantizedTensor:
+    """The custom op's impl for a plain eager CPU call without scale or rng, with the plan,
+    the output specs, the input view and the prepared kernel call looked up once per
+    (shape, dtype, quantizer): what stays per call is allocating, launching, wrapping."""
+    key = (x.shape, x.dtype, quantizer)
+    entry = _EAGER_CPU.get(key)
+    if entry is None:
+        x_meta = meta(x)
+        call = QUANTIZE.cached_plan(x_meta, quantizer, None, None)
+        outs, prepared = packed_call(call, x.device)
+        entry = (outs, prepared, tuple(spec.name for spec in call.outputs), view_spec(x), x_meta.shape, x_meta.dtype)
+        if len(_EAGER_CPU) >= _EAGER_CPU_LIMIT:
+            _EAGER_CPU.clear()
+        _EAGER_CPU[key] = entry
+    outs, prepared, names, x_view, shape, dtype = entry
+    x = x.contiguous()
+    outputs = [torch.empty(out_shape, dtype=out_dtype) for out_shape, out_dtype, _ in outs]
+    prepared([(x.data_ptr(), *x_view)], [(t.data_ptr(), *view) for t, (_, _, view) in zip(outputs, outs)], 0,
+             torch.get_num_threads())
+    return QuantizedTensor(**dict(zip(names, outputs)), quantizer=quantizer, shape=shape, dtype=dtype)
+
+
 @surface_errors(_quantized_fallback)
 def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | None = None,
              rng: torch.Tensor | None = None) -> QuantizedTensor:
@@ -113,10 +139,16 @@ def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | Non
         TypeError / ValueError: from the shared core checks (dtype, rank, empty input, block
         divisibility, missing or unexpected scale / rng, unsupported device).
     """
+    if scale is None and rng is None and plain_eager(x) and x.is_cpu:
+        return _quantize_eager_cpu(x, quantizer)
     for name, t in (("x", x), ("scale", scale), ("rng", rng)):
         check_tensor_device("quantize", name, t)
-    call = QUANTIZE.plan(meta(x), quantizer, meta(scale), meta(rng))
-    arrays = torch.ops.twinengine.quantize(x, quantizer, scale, rng)
+    eager = plain_eager(x, scale, rng)
+    call = (QUANTIZE.cached_plan if eager else QUANTIZE.plan)(meta(x), quantizer, meta(scale), meta(rng))
+    if eager:  # the custom op's impl, without the dispatcher's overhead
+        arrays = launch(call, [{"x": x, "scale": scale, "rng": rng}[name] for name in call.inputs], x.device)
+    else:
+        arrays = torch.ops.twinengine.quantize(x, quantizer, scale, rng)
     fields = {spec.name: array for spec, array in zip(call.outputs, arrays)}
     return QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(x.shape), dtype=dtype_name(x.dtype))
 
