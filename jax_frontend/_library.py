@@ -49,9 +49,12 @@ def _attr(value: int | float):
 def ffi(call: KernelCall, inputs: list) -> list:
     """Runs a planned kernel call as an XLA FFI custom call; returns its outputs.
 
-    vmap runs the call once per batch element, so batching never changes the numerics.
+    vmap runs the call once per batch element, so batching never changes the numerics. A call
+    whose outputs are all empty has nothing to write and is not emitted.
     """
     result_types = [jax.ShapeDtypeStruct(spec.shape, jax_dtype(spec.dtype)) for spec in call.outputs]
+    if all(np.prod(spec.shape, dtype=np.int64) == 0 for spec in call.outputs):
+        return [jnp.zeros(t.shape, jax.dtypes.canonicalize_dtype(t.dtype)) for t in result_types]
     attrs = {name: _attr(value) for name, value in call.attrs}
     return list(jax.ffi.ffi_call(call.ffi_target, result_types, vmap_method="sequential")(*inputs, **attrs))
 

@@ -63,9 +63,12 @@ def empty_outputs(call: KernelCall, device: torch.device) -> list[torch.Tensor]:
 
 def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """Runs a planned kernel call on the current stream of `device` (made the current CUDA
-    device for the call, as the CUDA kernels require); returns its outputs."""
+    device for the call, as the CUDA kernels require); returns its outputs. A call whose
+    outputs are all empty has nothing to write and launches nothing."""
     inputs = [t.contiguous() for t in inputs]
     outputs = empty_outputs(call, device)
+    if all(t.numel() == 0 for t in outputs):
+        return outputs
     views = ([_view(t) for t in inputs], [_view(t) for t in outputs])
     if device.type == "cuda":
         with torch.cuda.device(device):

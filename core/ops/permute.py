@@ -59,6 +59,8 @@ def num_slots_of(op: str, map_type: str, row_id_map: Any, num_tokens: Any) -> An
         fail(op, TypeError, f"row_id_map must be int32, got {row_id_map.dtype}")
     shape = tuple(row_id_map.shape)
     if map_type == "index":
+        if num_tokens == 0 and shape == (0,):
+            return 1
         if len(shape) != 1 or num_tokens < 1 or shape[0] % num_tokens != 0 or shape[0] == 0:
             fail(op, ValueError, f"an index-map row_id_map must have shape (topK * {num_tokens},), got {shape}")
         return shape[0] // num_tokens
@@ -67,10 +69,19 @@ def num_slots_of(op: str, map_type: str, row_id_map: Any, num_tokens: Any) -> An
     return (shape[1] - 1) // 2
 
 
+def probs_slots(num_slots: Any, num_tokens: Any, probs: Any, map_type: str) -> Any:
+    """Slots of a probs array: num_slots, except for an index map of zero tokens, whose
+    row_id_map (0,) does not tell topK: then probs' own (0, topK) columns."""
+    if map_type == "index" and num_tokens == 0 and probs is not None and len(probs.shape) == 2:
+        return probs.shape[1]
+    return num_slots
+
+
 def _check_probs(op: str, name: str, probs: Any, num_tokens: Any, num_slots: Any, map_type: str) -> None:
     if probs is None:
         return
     _check_hp(op, name, probs)
+    num_slots = probs_slots(num_slots, num_tokens, probs, map_type)
     what = "topK" if map_type == "index" else "num_experts"
     if tuple(probs.shape) != (num_tokens, num_slots):
         fail(op, ValueError, f"{name} must have shape ({num_tokens}, {num_slots}) = (num_tokens, {what}), "
@@ -86,7 +97,8 @@ def resolve_num_out_tokens(op: str, map_type: str, routing_map: Any, num_out_tok
     ``num_out_tokens > 0`` is used as given. Otherwise (all routed tokens): T·topK for the
     index map (a static size); for the mask map the number of nonzero routing entries, which
     ``count_routed()`` reads from the values — a frontend passes None inside a compiled or
-    jitted graph, where they cannot be read.
+    jitted graph, where they cannot be read — except that a map of zero tokens routes none
+    (0, static, so also inside a graph).
 
     Raises:
         ValueError: mask map, num_out_tokens <= 0 and no ``count_routed`` (traced).
@@ -96,7 +108,7 @@ def resolve_num_out_tokens(op: str, map_type: str, routing_map: Any, num_out_tok
         fail(op, TypeError, f"num_out_tokens must be an int, got {num_out_tokens!r}")
     if num_out_tokens > 0:
         return num_out_tokens
-    if map_type == "index":
+    if map_type == "index" or routing_map.shape[0] == 0:
         return routing_map.shape[0] * routing_map.shape[1]
     if count_routed is None:
         fail(op, ValueError, "with map_type='mask', num_out_tokens <= 0 means 'all routed tokens', a size that "
@@ -178,8 +190,8 @@ def _validate_row_id_map(routing_map: Any, num_out_tokens: Any, map_type: str) -
              f"{' or '.join(ROUTING_DTYPES[map_type] + (('bool',) if map_type == 'mask' else ()))}, "
              f"got {routing_map.dtype}")
     tokens, slots = routing_map.shape
-    if tokens < 1 or slots < 1:
-        fail(op, ValueError, "routing_map must have at least one token and one slot, got shape "
+    if tokens < 0 or slots < 1:
+        fail(op, ValueError, "routing_map must have at least one slot, got shape "
              f"{tuple(routing_map.shape)}")
     if tokens * slots > _MAX_ROWS or num_out_tokens > _MAX_ROWS:
         fail(op, ValueError, "row ids are int32: num_tokens * slots and num_out_tokens must be < 2**31")
@@ -223,8 +235,8 @@ def _validate_chunk_map(split_sizes: Any, sorted_index: Any, num_tokens: Any) ->
     if tuple(split_sizes.shape) != tuple(sorted_index.shape):
         fail(op, ValueError, f"split_sizes and sorted_index must have the same length, got "
              f"{tuple(split_sizes.shape)} and {tuple(sorted_index.shape)}")
-    if num_tokens < 1 or num_tokens > _MAX_ROWS:
-        fail(op, ValueError, f"inp must have between 1 and 2**31 - 1 rows, got {num_tokens}")
+    if num_tokens < 0 or num_tokens > _MAX_ROWS:
+        fail(op, ValueError, f"inp must have between 0 and 2**31 - 1 rows, got {num_tokens}")
 
 
 def _infer_chunk_map(split_sizes: Any, sorted_index: Any, num_tokens: Any) -> KernelCall:
@@ -290,7 +302,7 @@ Numerics: bytes are moved, never converted.
 
 
 def _validate_permute_bwd(grad_out: Any, row_id_map: Any, grad_permuted_probs: Any, num_tokens: Any,
-                          map_type: str) -> None:
+                          map_type: str, probs_slots: Any = None) -> None:
     op = "moe_permute"
     _check_hp(op, "the gradient of the permuted output", grad_out)
     _check_2d(op, "grad_out", grad_out)
@@ -303,12 +315,13 @@ def _validate_permute_bwd(grad_out: Any, row_id_map: Any, grad_permuted_probs: A
 
 
 def _infer_permute_bwd(grad_out: Any, row_id_map: Any, grad_permuted_probs: Any, num_tokens: Any,
-                       map_type: str) -> KernelCall:
+                       map_type: str, probs_slots: Any = None) -> KernelCall:
     slots = num_slots_of("moe_permute", map_type, row_id_map, num_tokens)
     outputs = (TensorSpec("grad_inp", (num_tokens, grad_out.shape[1]), grad_out.dtype),)
     inputs = ("grad_out", "row_id_map")
     if grad_permuted_probs is not None:
-        outputs += (TensorSpec("grad_probs", (num_tokens, slots), grad_permuted_probs.dtype),)
+        probs_cols = probs_slots if num_tokens == 0 and probs_slots is not None else slots
+        outputs += (TensorSpec("grad_probs", (num_tokens, probs_cols), grad_permuted_probs.dtype),)
         inputs += ("grad_permuted_probs",)
     return KernelCall("permute_rows_backward", inputs, outputs, _attrs(map_type, num_tokens, slots, grad_out.shape[0]))
 
@@ -316,12 +329,15 @@ def _infer_permute_bwd(grad_out: Any, row_id_map: Any, grad_permuted_probs: Any,
 PERMUTE_BWD = OpDef(
     name="moe_permute_bwd",
     args=("grad_out", "row_id_map", "grad_permuted_probs"),
-    attrs=("num_tokens", "map_type"),
+    attrs=("num_tokens", "map_type", "probs_slots"),
     validate=_validate_permute_bwd,
     infer=_infer_permute_bwd,
 )
-"""permute_bwd(grad_out, row_id_map, grad_permuted_probs, num_tokens, map_type)
+"""permute_bwd(grad_out, row_id_map, grad_permuted_probs, num_tokens, map_type, probs_slots=None)
 -> (grad_inp[, grad_probs]).
+
+Shapes: grad_probs (T, slots); probs_slots (probs' columns) sets slots when T = 0, where an
+index map's empty row_id_map does not tell topK.
 
 Numerics: grad_inp[t] = fp32 sum of its kept rows (ascending slot order), rounded once;
 grad_probs[t, slot] = grad_permuted_probs[row] for kept pairs, 0 otherwise.
@@ -376,7 +392,8 @@ def _infer_unpermute_bwd(grad_out: Any, y: Any, row_id_map: Any, merging_probs: 
     outputs = (TensorSpec("grad_y", tuple(y.shape), y.dtype),)
     inputs = ("grad_out", "y", "row_id_map")
     if merging_probs is not None:
-        outputs += (TensorSpec("grad_merging_probs", (num_tokens, slots), merging_probs.dtype),)
+        outputs += (TensorSpec("grad_merging_probs", (num_tokens, probs_slots(slots, num_tokens, merging_probs,
+                                                                               map_type)), merging_probs.dtype),)
         inputs += ("merging_probs",)
     return KernelCall("permute_unpermute_backward", inputs, outputs, _attrs(map_type, num_tokens, slots, y.shape[0]))
 

@@ -45,12 +45,15 @@ def _permute(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_r
 
 
 def _permute_fwd(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_rows):
-    return _permute_call(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_rows), row_id_map
+    probs_slots = None if probs is None else probs.shape[1]
+    return _permute_call(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_rows), (row_id_map,
+                                                                                                    probs_slots)
 
 
-def _permute_bwd(num_tokens, num_out_tokens, map_type, out_rows, row_id_map, grads):
+def _permute_bwd(num_tokens, num_out_tokens, map_type, out_rows, residuals, grads):
+    row_id_map, probs_slots = residuals
     grad_out, grad_pp = grads
-    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_pp), num_tokens, map_type)
+    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_pp), num_tokens, map_type, probs_slots)
     arrays = {"grad_out": grad_out, "row_id_map": row_id_map, "grad_permuted_probs": grad_pp}
     grad_inp, *grad_probs = ffi(call, [arrays[name] for name in call.inputs])
     return grad_inp, None, (grad_probs[0] if grad_pp is not None else None)

@@ -85,7 +85,7 @@ def test_unpermute_num_tokens():
 @pytest.mark.parametrize("plan, error, match", [
     (lambda: ROW_ID_MAP.plan(A((5, 3), "int64"), 15, "index"), TypeError, "index routing_map must have dtype int32"),
     (lambda: ROW_ID_MAP.plan(A((5,), "int32"), 15, "index"), ValueError, "routing_map must be 2-D"),
-    (lambda: ROW_ID_MAP.plan(A((0, 3), "int32"), 15, "index"), ValueError, "at least one token"),
+    (lambda: ROW_ID_MAP.plan(A((5, 0), "int32"), 15, "index"), ValueError, "at least one slot"),
     (lambda: ROW_ID_MAP.plan(A((5, 3), "int32"), 2**31, "index"), ValueError, "int32"),
     (lambda: ROW_ID_MAP.plan(A((5, 3), "int32"), 4, "dense"), ValueError, "map_type must be"),
     (lambda: PERMUTE.plan(A((5, 16), "float32"), A((5, 16), "int32"), None, 5, 9, "mask"), ValueError,

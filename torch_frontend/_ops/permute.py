@@ -69,15 +69,17 @@ def _(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_rows):
 
 @torch.library.custom_op("twinengine::moe_permute_bwd", mutates_args=())
 def _permute_bwd(grad_out: Tensor, row_id_map: Tensor, grad_permuted_probs: Tensor | None, num_tokens: int,
-                 map_type: str) -> list[Tensor]:
-    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_permuted_probs), num_tokens, map_type)
+                 map_type: str, probs_slots: int | None = None) -> list[Tensor]:
+    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_permuted_probs), num_tokens, map_type,
+                            probs_slots)
     arrays = {"grad_out": grad_out, "row_id_map": row_id_map, "grad_permuted_probs": grad_permuted_probs}
     return launch(call, [arrays[name] for name in call.inputs], grad_out.device)
 
 
 @_permute_bwd.register_fake
-def _(grad_out, row_id_map, grad_permuted_probs, num_tokens, map_type):
-    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_permuted_probs), num_tokens, map_type)
+def _(grad_out, row_id_map, grad_permuted_probs, num_tokens, map_type, probs_slots=None):
+    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_permuted_probs), num_tokens, map_type,
+                            probs_slots)
     return empty_outputs(call, grad_out.device)
 
 
@@ -85,13 +87,14 @@ def _permute_setup_context(ctx, inputs, output):
     _, row_id_map, probs, num_tokens, _, map_type, _ = inputs
     ctx.save_for_backward(row_id_map)
     ctx.num_tokens, ctx.map_type, ctx.with_probs = num_tokens, map_type, probs is not None
+    ctx.probs_slots = probs.shape[1] if probs is not None else None
 
 
 def _permute_backward(ctx, grads):
     (row_id_map,) = ctx.saved_tensors
     grad_pp = grads[1] if ctx.with_probs else None
     grad_inp, *grad_probs = torch.ops.twinengine.moe_permute_bwd(grads[0], row_id_map, grad_pp, ctx.num_tokens,
-                                                                 ctx.map_type)
+                                                                 ctx.map_type, ctx.probs_slots)
     return grad_inp, None, (grad_probs[0] if ctx.with_probs else None), None, None, None, None
 
 
