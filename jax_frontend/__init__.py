@@ -7,11 +7,16 @@ from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch
 from ._ops.dense import delayed_scaling_state, dense
 from ._ops.gemm import gemm
 from ._ops.permute import (
+    moe_pad_splits,
     moe_permute,
+    moe_permute_and_pad_with_probs,
     moe_permute_with_probs,
     moe_sort_chunks_by_index,
     moe_sort_chunks_by_index_with_probs,
+    moe_unpad_splits,
     moe_unpermute,
+    token_combine,
+    token_dispatch,
 )
 from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
 
@@ -28,12 +33,17 @@ __all__ = [
     "dense",
     "dequantize",
     "gemm",
+    "moe_pad_splits",
     "moe_permute",
+    "moe_permute_and_pad_with_probs",
     "moe_permute_with_probs",
     "moe_sort_chunks_by_index",
     "moe_sort_chunks_by_index_with_probs",
+    "moe_unpad_splits",
     "moe_unpermute",
     "quantize",
     "record_amax",
+    "token_combine",
+    "token_dispatch",
     "update_delayed_scaling",
 ]

@@ -9,18 +9,24 @@ from .autocast import autocast
 from . import ops
 from .modules.linear import Linear
 from .modules.normalization import LayerNorm, LayerNormLinear, LayerNormMLP, RMSNorm
+from .modules.padding import Fp8Padding, Fp8Unpadding
 from ._ops.gemm import gemm
 from ._ops.linear import linear
 from ._ops.permute import (
+    moe_pad_splits,
     moe_permute,
+    moe_permute_and_pad_with_probs,
     moe_permute_with_probs,
     moe_sort_chunks_by_index,
     moe_sort_chunks_by_index_with_probs,
+    moe_unpad_splits,
     moe_unpermute,
 )
 from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
 
 __all__ = [
+    "Fp8Padding",
+    "Fp8Unpadding",
     "LayerNorm",
     "LayerNormLinear",
     "LayerNormMLP",
@@ -31,10 +37,13 @@ __all__ = [
     "dequantize",
     "gemm",
     "linear",
+    "moe_pad_splits",
     "moe_permute",
+    "moe_permute_and_pad_with_probs",
     "moe_permute_with_probs",
     "moe_sort_chunks_by_index",
     "moe_sort_chunks_by_index_with_probs",
+    "moe_unpad_splits",
     "moe_unpermute",
     "quantize",
     "record_amax",

@@ -412,6 +412,165 @@ grad_merging_probs[t, slot] = Σ_h fl(grad_out[t, h] · y[row, h]) in fp32, asce
 """
 
 
+# ---- padding of expert blocks -------------------------------------------------------------------
+
+ROW_ALIGNMENT = {"fp8_current": 16, "fp8_delayed": 16, "mxfp8": 32, "fp8_block": 128, "nvfp4": 32}
+"""scaling_mode -> rows a quantized GEMM needs per expert block (per-tensor FP8 16, MXFP8 32,
+FP8 block 128, NVFP4 32). Keyed by string so torch.compile traces the lookup."""
+
+
+def recipe_row_alignment(recipe: Any) -> int:
+    """Row alignment of the recipe's input quantizer (1 without a recipe or for other formats)."""
+    if recipe is None:
+        return 1
+    return ROW_ALIGNMENT.get(recipe.quantizer("input").scaling_mode, 1)
+
+
+def check_align_size(op: str, align_size: Any, recipe: Any) -> None:
+    """Raises unless align_size is a positive int and a multiple of the recipe's row alignment.
+
+    Raises:
+        TypeError: align_size is not an int.
+        ValueError: align_size < 1, or not a multiple of the active recipe's row alignment.
+    """
+    if isinstance(align_size, bool) or not isinstance(align_size, int):
+        fail(op, TypeError, f"align_size must be an int, got {align_size!r}")
+    if align_size < 1:
+        fail(op, ValueError, f"align_size must be >= 1, got {align_size}")
+    alignment = recipe_row_alignment(recipe)
+    if align_size % alignment != 0:
+        fail(op, ValueError, f"align_size={align_size} is not a multiple of the row alignment {alignment} that the "
+             f"active {type(recipe).__name__} recipe's GEMMs need per expert block (16 per-tensor FP8, 32 MXFP8 and "
+             "NVFP4, 128 FP8 block)")
+
+
+def padded_rows(num_rows: Any, num_blocks: Any, align_size: int) -> Any:
+    """Static rows of num_rows rows in num_blocks blocks each padded to a multiple of align_size:
+    the worst case, (N + min(G, N)·(align − 1)) rounded down to a multiple of align (each
+    nonempty block adds at most align − 1 rows)."""
+    nonempty = num_blocks if num_blocks < num_rows else num_rows
+    return (num_rows + nonempty * (align_size - 1)) // align_size * align_size
+
+
+def _validate_pad_offsets(counts: Any, align_size: Any, out_rows: Any) -> None:
+    op = "moe_permute_and_pad"
+    if counts.dtype != "int32" or len(counts.shape) != 1 or counts.shape[0] < 1:
+        fail(op, TypeError, "tokens_per_expert (m_splits) must be a 1-D int32 array with one entry per expert, got "
+             f"{counts.dtype} of shape {tuple(counts.shape)}")
+    if align_size < 1:
+        fail(op, ValueError, f"align_size must be >= 1, got {align_size}")
+    if out_rows < 0 or out_rows > _MAX_ROWS:
+        fail(op, ValueError, f"the padded row count must be in [0, 2**31), got {out_rows}")
+
+
+def _infer_pad_offsets(counts: Any, align_size: Any, out_rows: Any) -> KernelCall:
+    experts = counts.shape[0]
+    return KernelCall("permute_pad_offsets", ("counts",),
+                      (TensorSpec("pad_offsets", (experts,), "int32"), TensorSpec("padded_counts", (experts,), "int32")),
+                      (("align_size", align_size), ("out_rows", out_rows)))
+
+
+PAD_OFFSETS = OpDef(
+    name="moe_pad_offsets",
+    args=("counts",),
+    attrs=("align_size", "out_rows"),
+    validate=_validate_pad_offsets,
+    infer=_infer_pad_offsets,
+)
+"""pad_offsets(counts, align_size, out_rows) -> (pad_offsets int32 (E,), padded_counts int32 (E,)).
+
+Numerics: padded_counts[e] = roundup(max(c_e, 0), align) for e < E − 1 and the last expert takes
+the remaining rows, out_rows − Σ of the others (so Σ padded_counts = out_rows: the blocks tile the
+padded tensor and feed a grouped GEMM directly); pad_offsets[e] = Σ_{j<e} (padded_counts[j] − c_j).
+"""
+
+
+def _validate_pad_map(row_id_map: Any, pad_offsets: Any, num_tokens: Any) -> None:
+    op = "moe_unpermute"
+    experts = num_slots_of(op, "mask", row_id_map, num_tokens)
+    if pad_offsets.dtype != "int32" or tuple(pad_offsets.shape) != (experts,):
+        fail(op, ValueError, f"pad_offsets must be int32 of shape ({experts},) (one per expert of the mask map), got "
+             f"{pad_offsets.dtype} {tuple(pad_offsets.shape)}")
+
+
+def _infer_pad_map(row_id_map: Any, pad_offsets: Any, num_tokens: Any) -> KernelCall:
+    experts = num_slots_of("moe_unpermute", "mask", row_id_map, num_tokens)
+    return KernelCall("permute_pad_map", ("row_id_map", "pad_offsets"),
+                      (TensorSpec("row_id_map", tuple(row_id_map.shape), "int32"),),
+                      _attrs("mask", num_tokens, experts, 0))
+
+
+PAD_MAP = OpDef(
+    name="moe_pad_map",
+    args=("row_id_map", "pad_offsets"),
+    attrs=("num_tokens",),
+    validate=_validate_pad_map,
+    infer=_infer_pad_map,
+)
+"""pad_map(row_id_map, pad_offsets, num_tokens) -> the mask map with each kept row shifted by
+its expert's pad offset (the rows of the padded permuted tensor)."""
+
+
+def _validate_split_pad_map(split_sizes: Any, pad_offsets: Any, num_rows: Any, out_rows: Any) -> None:
+    op = "moe_pad_splits"
+    if split_sizes.dtype != "int32" or len(split_sizes.shape) != 1 or split_sizes.shape[0] < 1:
+        fail(op, TypeError, f"m_splits must be a 1-D int32 array with one entry per GEMM, got {split_sizes.dtype} of "
+             f"shape {tuple(split_sizes.shape)}")
+    if tuple(pad_offsets.shape) != tuple(split_sizes.shape) or pad_offsets.dtype != "int32":
+        fail(op, ValueError, f"pad_offsets must be int32 of shape {tuple(split_sizes.shape)}, got "
+             f"{pad_offsets.dtype} {tuple(pad_offsets.shape)}")
+    if num_rows < 0 or out_rows < 0 or num_rows > _MAX_ROWS or out_rows > _MAX_ROWS:
+        fail(op, ValueError, f"row counts must be in [0, 2**31), got {num_rows} and {out_rows}")
+
+
+def _infer_split_pad_map(split_sizes: Any, pad_offsets: Any, num_rows: Any, out_rows: Any) -> KernelCall:
+    return KernelCall("permute_split_pad_map", ("split_sizes", "pad_offsets"),
+                      (TensorSpec("row_id_map", (num_rows,), "int32"),), _attrs("index", num_rows, 1, out_rows))
+
+
+SPLIT_PAD_MAP = OpDef(
+    name="moe_split_pad_map",
+    args=("split_sizes", "pad_offsets"),
+    attrs=("num_rows", "out_rows"),
+    validate=_validate_split_pad_map,
+    infer=_infer_split_pad_map,
+)
+"""split_pad_map(split_sizes, pad_offsets, num_rows, out_rows) -> index map int32 (num_rows,)
+(topK = 1): row r of block g goes to r + pad_offsets[g]; rows past the blocks get −1."""
+
+
+def check_pad_inputs(op: str, map_type: str, tokens_per_expert: Any, num_experts: Any) -> None:
+    """Permute-and-pad needs a mask map and one count per expert.
+
+    Raises:
+        ValueError: an index map, or tokens_per_expert not of shape (E,).
+    """
+    if map_type != "mask":
+        fail(op, ValueError, "padding needs map_type='mask' (the row_id_map must name each row's expert)")
+    if len(tokens_per_expert.shape) != 1 or tokens_per_expert.shape[0] != num_experts:
+        fail(op, ValueError, f"tokens_per_expert must have shape ({num_experts},) (one per expert of the routing "
+             f"map), got {tuple(tokens_per_expert.shape)}")
+
+
+def require_num_rows(op: str, num_rows: Any) -> None:
+    """Raises ValueError when the unpadded row count is missing (a tensor m_splits holds it only
+    as values, which a compiled or jitted graph cannot read)."""
+    if num_rows is None:
+        fail(op, ValueError, "num_rows (the unpadded row count, Σ m_splits) must be given when m_splits is an array")
+
+
+def check_split_values(op: str, splits: Sequence[int], num_rows: int) -> None:
+    """Eager check of m_splits / tokens_per_expert values.
+
+    Raises:
+        ValueError: a negative split, or splits not summing to the row count.
+    """
+    if any(s < 0 for s in splits):
+        fail(op, ValueError, f"m_splits must be >= 0, got {list(splits)}")
+    if sum(splits) != num_rows:
+        fail(op, ValueError, f"m_splits must sum to the {num_rows} rows of the input, got sum {sum(splits)}")
+
+
 # ---- quantized inputs --------------------------------------------------------------------------
 
 # scaling_mode -> how the rowwise scale_inv follows permuted rows (NUMERICS.md §4–§7): "shared"
