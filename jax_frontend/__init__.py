@@ -6,6 +6,7 @@ from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
 from ._ops.gemm import gemm
+from ._ops.grouped_dense import grouped_dense
 from ._ops.permute import (
     moe_pad_splits,
     moe_permute,
@@ -33,6 +34,7 @@ __all__ = [
     "dense",
     "dequantize",
     "gemm",
+    "grouped_dense",
     "moe_pad_splits",
     "moe_permute",
     "moe_permute_and_pad_with_probs",

@@ -7,10 +7,12 @@ functions; quantizers are opaque value types baked into FX graphs.
 from . import _library  # noqa: F401  (registers opaque quantizer types and the QuantizedTensor pytree)
 from .autocast import autocast
 from . import ops
+from .modules.grouped_linear import GroupedLinear
 from .modules.linear import Linear
 from .modules.normalization import LayerNorm, LayerNormLinear, LayerNormMLP, RMSNorm
 from .modules.padding import Fp8Padding, Fp8Unpadding
 from ._ops.gemm import gemm
+from ._ops.grouped_linear import grouped_linear
 from ._ops.linear import linear
 from ._ops.permute import (
     moe_pad_splits,
@@ -27,6 +29,7 @@ from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_sca
 __all__ = [
     "Fp8Padding",
     "Fp8Unpadding",
+    "GroupedLinear",
     "LayerNorm",
     "LayerNormLinear",
     "LayerNormMLP",
@@ -36,6 +39,7 @@ __all__ = [
     "autocast",
     "dequantize",
     "gemm",
+    "grouped_linear",
     "linear",
     "moe_pad_splits",
     "moe_permute",

@@ -65,6 +65,79 @@ TweStatus check_operand(const TweGemmOperand* op, const char* name, TweGemmScali
   }
 }
 
+/*! A high-precision view of rank `ndim` (data may be NULL when it has no elements). */
+TweStatus check_hp_view(const TweTensorView* v, const char* name, int32_t ndim, TweDevice device) {
+  if (!v) return fail(kTweInvalidArgument, std::string(name) + " is missing");
+  if (!is_high_precision(v->dtype)) {
+    return fail(kTweInvalidArgument, std::string(name) + " must be float32, bfloat16 or float16 (grouped GEMMs take "
+                                     "high-precision operands), got " + dtype_name(v->dtype));
+  }
+  if (v->ndim != ndim) {
+    return fail(kTweInvalidArgument, std::string(name) + " must have rank " + std::to_string(ndim) + ", got " +
+                                         shape_string(*v));
+  }
+  if (v->device != device) return fail(kTweInvalidArgument, std::string(name) + " is on a different device than out");
+  if (!v->data && numel(*v) > 0) return fail(kTweInvalidArgument, std::string(name) + " data is missing");
+  return kTweSuccess;
+}
+
+TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* b, const TweTensorView* m_splits,
+                               const TweTensorView* bias, TweTensorView* out, const TweGroupedGemmParams* params,
+                               bool ragged_k, void* stream) {
+  if (!params) return fail(kTweInvalidArgument, "params must not be NULL");
+  if (!out) return fail(kTweInvalidArgument, "out is missing");
+  const TweDevice dev = out->device;
+  if (!m_splits || !m_splits->data || m_splits->dtype != kTweInt32 || m_splits->ndim != 1 || m_splits->shape[0] < 1) {
+    return fail(kTweInvalidArgument, "m_splits must be a non-empty 1-D int32 array");
+  }
+  if (m_splits->device != dev) return fail(kTweInvalidArgument, "m_splits is on a different device than out");
+  const int64_t groups = m_splits->shape[0];
+  TweStatus st = check_hp_view(a, "a", 2, dev);
+  if (st) return st;
+  if ((st = check_hp_view(b, "b", ragged_k ? 2 : 3, dev))) return st;
+  if ((st = check_hp_view(out, "out", ragged_k ? 3 : 2, dev))) return st;
+  int64_t m, n, k;
+  if (!ragged_k) {
+    m = a->shape[0];
+    k = a->shape[1];
+    n = params->b_k_major ? b->shape[1] : b->shape[2];
+    const int64_t kb = params->b_k_major ? b->shape[2] : b->shape[1];
+    if (!params->a_k_major) return fail(kTweInvalidArgument, "grouped_gemm: a must be K-major (M, K)");
+    if (b->shape[0] != groups || kb != k) {
+      return fail(kTweInvalidArgument, "b " + shape_string(*b) + " does not hold " + std::to_string(groups) +
+                                           " operands of K = " + std::to_string(k));
+    }
+    if (out->shape[0] != m || out->shape[1] != n) {
+      return fail(kTweInvalidArgument, "out must have shape (M, N), got " + shape_string(*out));
+    }
+    if (bias && bias->data) {
+      if ((st = check_hp_view(bias, "bias", 2, dev))) return st;
+      if (bias->shape[0] != groups || bias->shape[1] != n) {
+        return fail(kTweInvalidArgument, "bias must have shape (G, N), got " + shape_string(*bias));
+      }
+    }
+  } else {
+    if (params->b_k_major) return fail(kTweInvalidArgument, "grouped_gemm_wgrad: b must be stored (M, K)");
+    m = b->shape[0];
+    k = b->shape[1];
+    n = params->a_k_major ? a->shape[0] : a->shape[1];
+    const int64_t ma = params->a_k_major ? a->shape[1] : a->shape[0];
+    if (ma != m || (params->a_k_major && n != 1)) {
+      return fail(kTweInvalidArgument, "a " + shape_string(*a) + " must be (M, N), or (1, M) when K-major, with M = " +
+                                           std::to_string(m));
+    }
+    if (out->shape[0] != groups || out->shape[1] != n || out->shape[2] != k) {
+      return fail(kTweInvalidArgument, "out must have shape (G, N, K), got " + shape_string(*out));
+    }
+  }
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return fail(kTweInvalidArgument, "GEMM dimensions must be < 2^31");
+  GroupedGemmArgs args{a, b, m_splits, (bias && bias->data) ? bias : nullptr, out, ragged_k, params->a_k_major != 0,
+                       params->b_k_major != 0, groups, m, n, k, stream};
+  if (numel(*out) == 0) return succeed();
+  st = run_on_device(dev, args, TWE_DEVICE_FNS(grouped_gemm));
+  return st ? st : succeed();
+}
+
 }  // namespace
 }  // namespace twe
 
@@ -109,6 +182,17 @@ TweStatus twe_gemm(const TweGemmOperand* a, const TweGemmOperand* b, const TweTe
   GemmArgs args{a, b, has_bias ? bias : nullptr, out, scaling, m, n, ka, stream};
   st = run_on_device(dev, args, TWE_DEVICE_FNS(gemm));
   return st ? st : succeed();
+}
+
+TweStatus twe_grouped_gemm(const TweTensorView* a, const TweTensorView* b, const TweTensorView* m_splits,
+                           const TweTensorView* bias, TweTensorView* out, const TweGroupedGemmParams* params,
+                           void* stream) {
+  return grouped_gemm_checked(a, b, m_splits, bias, out, params, false, stream);
+}
+
+TweStatus twe_grouped_gemm_wgrad(const TweTensorView* a, const TweTensorView* b, const TweTensorView* m_splits,
+                                 TweTensorView* out, const TweGroupedGemmParams* params, void* stream) {
+  return grouped_gemm_checked(a, b, m_splits, nullptr, out, params, true, stream);
 }
 
 }  // extern "C"

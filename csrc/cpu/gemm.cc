@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 #include "internal/cpu.h"
@@ -262,6 +263,71 @@ TweStatus gemm(const GemmArgs& args) {
   if (status.load() != kTweSuccess) {
     return fail(static_cast<TweStatus>(status.load()), "unsupported GEMM output or bias dtype");
   }
+  return kTweSuccess;
+}
+
+namespace {
+
+/*! A 2-D view of `rows` × `cols` elements starting `offset` elements into v. */
+TweTensorView sub_view(const TweTensorView& v, int64_t offset, int64_t rows, int64_t cols) {
+  TweTensorView s = v;
+  s.data = static_cast<char*>(v.data) + offset * element_size(v.dtype);
+  s.ndim = 2;
+  s.shape[0] = rows;
+  s.shape[1] = cols;
+  return s;
+}
+
+void zero_elements(const TweTensorView& v, int64_t offset, int64_t count) {
+  if (count > 0) std::memset(static_cast<char*>(v.data) + offset * element_size(v.dtype), 0,
+                             static_cast<size_t>(count * element_size(v.dtype)));
+}
+
+}  // namespace
+
+TweStatus grouped_gemm(const GroupedGemmArgs& args) {
+  const int32_t* splits = static_cast<const int32_t*>(args.m_splits->data);
+  const int64_t n = args.n, k = args.k;
+  int64_t last_end = 0;
+  for (int64_t g = 0; g < args.groups; ++g) {
+    int64_t begin, end;
+    group_rows(splits, g, args.m, &begin, &end);
+    const int64_t rows = end - begin;
+    last_end = end;
+    TweGemmOperand a{}, b{};
+    TweTensorView out, bias;
+    GemmArgs call{&a, &b, nullptr, &out, kTweGemmHighPrecision, 0, n, 0, args.stream};
+    if (!args.ragged_k) {
+      if (rows == 0) continue;
+      a.data = sub_view(*args.a, begin * k, rows, k);
+      a.k_major = 1;
+      b.data = args.b_k_major ? sub_view(*args.b, g * n * k, n, k) : sub_view(*args.b, g * n * k, k, n);
+      b.k_major = args.b_k_major;
+      out = sub_view(*args.out, begin * n, rows, n);
+      if (args.bias) {
+        bias = sub_view(*args.bias, g * n, 1, n);
+        call.bias = &bias;
+      }
+      call.m = rows;
+      call.k = k;
+    } else {
+      out = sub_view(*args.out, g * n * k, n, k);
+      if (rows == 0) {
+        zero_elements(*args.out, g * n * k, n * k);
+        continue;
+      }
+      a.data = args.a_k_major ? sub_view(*args.a, begin, 1, rows) : sub_view(*args.a, begin * n, rows, n);
+      a.k_major = args.a_k_major;
+      b.data = sub_view(*args.b, begin * k, rows, k);
+      b.k_major = 0;
+      call.m = n;
+      call.n = k;
+      call.k = rows;
+    }
+    const TweStatus st = gemm(call);
+    if (st) return st;
+  }
+  if (!args.ragged_k) zero_elements(*args.out, last_end * n, (args.m - last_end) * n);
   return kTweSuccess;
 }
 

@@ -33,9 +33,35 @@ TweStatus gemm(OpCall& call) {
   return twe_gemm(&a, &b, bias, &out, &params, call.stream);
 }
 
+TweGroupedGemmParams grouped_params(OpCall& call) {
+  TweGroupedGemmParams params{};
+  params.a_k_major = static_cast<int32_t>(call.attrs->get_int("a_k_major"));
+  params.b_k_major = static_cast<int32_t>(call.attrs->get_int("b_k_major"));
+  return params;
+}
+
+// inputs: a, b, m_splits[, bias] | outputs: out | attrs: a_k_major, b_k_major
+TweStatus grouped_gemm(OpCall& call) {
+  const TweGroupedGemmParams params = grouped_params(call);
+  const TweTensorView* bias = call.inputs.size() > 3 ? call.input(3) : nullptr;
+  TweTensorView out = call.take_output();
+  call.expect_all_outputs_taken();
+  return twe_grouped_gemm(call.input(0), call.input(1), call.input(2), bias, &out, &params, call.stream);
+}
+
+// inputs: a, b, m_splits | outputs: out (G, N, K) | attrs: a_k_major, b_k_major
+TweStatus grouped_gemm_wgrad(OpCall& call) {
+  const TweGroupedGemmParams params = grouped_params(call);
+  TweTensorView out = call.take_output();
+  call.expect_all_outputs_taken();
+  return twe_grouped_gemm_wgrad(call.input(0), call.input(1), call.input(2), &out, &params, call.stream);
+}
+
 }  // namespace
 
 TWE_REGISTER_OP(gemm, gemm);
+TWE_REGISTER_OP(grouped_gemm, grouped_gemm);
+TWE_REGISTER_OP(grouped_gemm_wgrad, grouped_gemm_wgrad);
 
 }  // namespace ops
 }  // namespace twe

@@ -192,6 +192,9 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: torch.Ten
     if len(extra_inputs) != expected:
         raise ValueError(f"twinengine.Sequential: the ops take {expected} extra input(s) (AddExtraInput), got "
                          f"{len(extra_inputs)}")
+    # One tensor may feed several ops (m_splits of two GroupedLinears): autograd.Function.apply
+    # under Dynamo rejects a repeated input, so repeats enter as views (same values and gradient).
+    extra_inputs = [t.view_as(t) if any(t is u for u in extra_inputs[:i]) else t for i, t in enumerate(extra_inputs)]
     flat = [p for ps in params for p in ps] + [t for c in calls for t in c[1].values()] + list(extra_inputs)
     outputs = _SequentialFunction.apply(run, x, *flat)
     num_extra = sum(op.num_extra_outputs for op in ops)

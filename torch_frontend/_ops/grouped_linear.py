@@ -1,0 +1,138 @@
+"""torch.ops.twinengine.grouped_gemm / grouped_gemm_wgrad / grouped_linear: the G expert GEMMs
+of a GroupedLinear in one kernel call per GEMM phase, with ``m_splits`` a tensor the kernel
+reads (no host sync, no graph break, no recompile when the split changes). Shapes, checks and
+errors come from core/ops/gemm.py."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ...ops.gemm import (
+    GROUPED_GEMM,
+    GROUPED_GEMM_WGRAD,
+    check_grouped_weights,
+    check_m_splits,
+    reject_quantized_recipe,
+)
+from ...ops.permute import check_split_values
+from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
+from ..autocast import current_recipe
+
+Tensor = torch.Tensor
+_OP = "grouped_linear"
+
+
+@torch.library.custom_op("twinengine::grouped_gemm", mutates_args=())
+def _grouped_gemm(a: Tensor, b: Tensor, m_splits: Tensor, bias: Tensor | None, b_columnwise: bool,
+                  out_dtype: str) -> Tensor:
+    call = GROUPED_GEMM.plan(meta(a), meta(b), meta(m_splits), meta(bias), b_columnwise=b_columnwise,
+                             out_dtype=out_dtype)
+    arrays = {"a": a, "b": b, "m_splits": m_splits, "bias": bias}
+    return launch(call, [arrays[name] for name in call.inputs], a.device)[0]
+
+
+@_grouped_gemm.register_fake
+def _(a, b, m_splits, bias, b_columnwise, out_dtype):
+    call = GROUPED_GEMM.plan(meta(a), meta(b), meta(m_splits), meta(bias), b_columnwise=b_columnwise,
+                             out_dtype=out_dtype)
+    return empty_outputs(call, a.device)[0]
+
+
+@torch.library.custom_op("twinengine::grouped_gemm_wgrad", mutates_args=())
+def _grouped_gemm_wgrad(a: Tensor, b: Tensor, m_splits: Tensor, a_row_sum: bool, out_dtype: str) -> Tensor:
+    call = GROUPED_GEMM_WGRAD.plan(meta(a), meta(b), meta(m_splits), a_row_sum=a_row_sum, out_dtype=out_dtype)
+    return launch(call, [a, b, m_splits], a.device)[0]
+
+
+@_grouped_gemm_wgrad.register_fake
+def _(a, b, m_splits, a_row_sum, out_dtype):
+    call = GROUPED_GEMM_WGRAD.plan(meta(a), meta(b), meta(m_splits), a_row_sum=a_row_sum, out_dtype=out_dtype)
+    return empty_outputs(call, a.device)[0]
+
+
+def grouped_fprop(x: Tensor, weight: Tensor, m_splits: Tensor, bias: Tensor | None) -> Tensor:
+    """out[rows_g] = x[rows_g] · weight[g]ᵀ (+ bias[g]): x (M, K), weight (G, N, K), bias (G, N)."""
+    return torch.ops.twinengine.grouped_gemm(x, weight, m_splits, bias, False, dtype_name(x.dtype))
+
+
+def grouped_backward(dy: Tensor, x: Tensor, weight: Tensor, m_splits: Tensor, bias_dtype: torch.dtype | None
+                     ) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(dx (M, K), dweight (G, N, K), dbias (G, N) or None), each group exactly tep.Linear's
+    backward on its rows (dgrad, wgrad, bias gradient as ones · dy)."""
+    dx = torch.ops.twinengine.grouped_gemm(dy, weight, m_splits, None, True, dtype_name(x.dtype))
+    dw = torch.ops.twinengine.grouped_gemm_wgrad(dy, x, m_splits, False, dtype_name(weight.dtype))
+    db = None
+    if bias_dtype is not None:
+        ones = torch.ones(1, dy.shape[0], dtype=dy.dtype, device=dy.device)
+        db = torch.ops.twinengine.grouped_gemm_wgrad(ones, dy, m_splits, True, dtype_name(bias_dtype))
+        db = db.reshape(weight.shape[0], weight.shape[1])
+    return dx, dw, db
+
+
+def _grouped_linear_body(x: Tensor, weight: Tensor, m_splits: Tensor, bias: Tensor | None) -> Tensor:
+    return grouped_fprop(x, weight, m_splits, bias)
+
+
+_grouped_linear = torch.library.custom_op("twinengine::grouped_linear", mutates_args=())(_grouped_linear_body)
+_grouped_linear.register_fake(_grouped_linear_body)
+
+
+def _setup(ctx, inputs, output):
+    x, weight, m_splits, bias = inputs
+    ctx.save_for_backward(x, weight, m_splits)
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _backward(ctx, dy):
+    x, weight, m_splits = ctx.saved_tensors
+    dx, dw, db = grouped_backward(dy, x, weight, m_splits, ctx.bias_dtype)
+    return dx, dw, None, db
+
+
+_grouped_linear.register_autograd(_backward, setup_context=_setup)
+
+
+def prepare_m_splits(op: str, m_splits: Tensor | Sequence[int], num_gemms: int, num_rows: int,
+                     device: torch.device) -> Tensor:
+    """m_splits as an int32 tensor on `device` (a list of ints becomes one), checked by core;
+    values checked eagerly on the CPU (Σ = rows, no negative split)."""
+    if not isinstance(m_splits, torch.Tensor):
+        m_splits = torch.tensor(list(m_splits), dtype=torch.int32, device=device)
+    check_tensor_device(op, "m_splits", m_splits)
+    m_splits = m_splits.to(torch.int32)
+    check_m_splits(meta(m_splits), num_gemms)
+    if not torch.compiler.is_compiling() and m_splits.device.type == "cpu":
+        check_split_values(op, m_splits.tolist(), num_rows)
+    return m_splits
+
+
+def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequence[int],
+                   biases: Sequence[Tensor] | None = None) -> Tensor:
+    """y[rows_g] = x[rows_g] · weights[g]ᵀ (+ biases[g]) for the G consecutive row blocks of
+    ``m_splits`` (TE's GroupedLinear), one grouped kernel per GEMM phase.
+
+    Shapes: x (..., K), its leading dimensions flattened to M rows; weights G × (N, K);
+        biases G × (N,); m_splits (G,) (a tensor — read by the kernels, so a new split neither
+        syncs nor recompiles — or a list of ints); y (..., N).
+    Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
+    Numerics: each group's rows give exactly the bytes of ``twinengine.pytorch.linear`` on
+        those rows with that group's weight (output, dx, dweight, dbias); empty groups give
+        zero weight gradients. High precision only (see Raises).
+    Raises:
+        TypeError / ValueError: from core — wrong number of weights/biases, m_splits not a 1-D
+            int tensor of G entries, shapes; eagerly on CPU also Σ m_splits ≠ rows or a negative
+            split; TypeError inside an autocast region with a recipe.
+    """
+    reject_quantized_recipe(current_recipe())
+    num_gemms = len(m_splits) if not isinstance(m_splits, torch.Tensor) else m_splits.shape[0]
+    check_grouped_weights(num_gemms, weights, biases)
+    for name, t in (("x", x), ("weight0", weights[0])):
+        check_tensor_device(_OP, name, t)
+    x2 = x.reshape(-1, x.shape[-1])
+    splits = prepare_m_splits(_OP, m_splits, num_gemms, x2.shape[0], x.device)
+    weight = torch.stack(list(weights))
+    bias = None if biases is None else torch.stack(list(biases))
+    y = torch.ops.twinengine.grouped_linear(x2, weight, splits, bias)
+    return y.reshape(*x.shape[:-1], weight.shape[1])
