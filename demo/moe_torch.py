@@ -80,7 +80,6 @@ def moe_block_expert_parallel(x, router_weight, experts, topk: int, align_size: 
     order_t = torch.tensor(order, dtype=torch.int32, device=x.device)
     compact = tep.moe_sort_chunks_by_index(recv, chunk_sizes, order_t)
     m_splits = recv_counts.sum(0)
-    m_splits = torch.cat([m_splits[:-1], m_splits[-1:] + (ep_size * n - m_splits.sum())])  # last owns the pads
     padded, padded_splits = tep.moe_pad_splits(compact, m_splits, align_size)
     y = experts(padded, padded_splits, padded_splits)
     y = tep.moe_unpad_splits(y, m_splits, align_size, ep_size * n)

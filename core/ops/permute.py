@@ -452,36 +452,34 @@ def padded_rows(num_rows: Any, num_blocks: Any, align_size: int) -> Any:
     return (num_rows + nonempty * (align_size - 1)) // align_size * align_size
 
 
-def _validate_pad_offsets(counts: Any, align_size: Any, out_rows: Any) -> None:
+def _validate_pad_offsets(counts: Any, align_size: Any) -> None:
     op = "moe_permute_and_pad"
     if counts.dtype != "int32" or len(counts.shape) != 1 or counts.shape[0] < 1:
         fail(op, TypeError, "tokens_per_expert (m_splits) must be a 1-D int32 array with one entry per expert, got "
              f"{counts.dtype} of shape {tuple(counts.shape)}")
     if align_size < 1:
         fail(op, ValueError, f"align_size must be >= 1, got {align_size}")
-    if out_rows < 0 or out_rows > _MAX_ROWS:
-        fail(op, ValueError, f"the padded row count must be in [0, 2**31), got {out_rows}")
 
 
-def _infer_pad_offsets(counts: Any, align_size: Any, out_rows: Any) -> KernelCall:
+def _infer_pad_offsets(counts: Any, align_size: Any) -> KernelCall:
     experts = counts.shape[0]
     return KernelCall("permute_pad_offsets", ("counts",),
                       (TensorSpec("pad_offsets", (experts,), "int32"), TensorSpec("padded_counts", (experts,), "int32")),
-                      (("align_size", align_size), ("out_rows", out_rows)))
+                      (("align_size", align_size),))
 
 
 PAD_OFFSETS = OpDef(
     name="moe_pad_offsets",
     args=("counts",),
-    attrs=("align_size", "out_rows"),
+    attrs=("align_size",),
     validate=_validate_pad_offsets,
     infer=_infer_pad_offsets,
 )
-"""pad_offsets(counts, align_size, out_rows) -> (pad_offsets int32 (E,), padded_counts int32 (E,)).
+"""pad_offsets(counts, align_size) -> (pad_offsets int32 (E,), padded_counts int32 (E,)).
 
-Numerics: padded_counts[e] = roundup(max(c_e, 0), align) for e < E − 1 and the last expert takes
-the remaining rows, out_rows − Σ of the others (so Σ padded_counts = out_rows: the blocks tile the
-padded tensor and feed a grouped GEMM directly); pad_offsets[e] = Σ_{j<e} (padded_counts[j] − c_j).
+Numerics: padded_counts[e] = roundup(max(c_e, 0), align) (TE's target_tokens_per_expert);
+pad_offsets[e] = Σ_{j<e} (padded_counts[j] − c_j). A static buffer of padded_rows(...) rows holds
+the blocks first; its rows past Σ padded_counts belong to no block (a grouped GEMM gives them 0).
 """
 
 
@@ -560,15 +558,18 @@ def require_num_rows(op: str, num_rows: Any) -> None:
 
 
 def check_split_values(op: str, splits: Sequence[int], num_rows: int) -> None:
-    """Eager check of m_splits / tokens_per_expert values.
+    """Eager check of m_splits values: the row blocks lie in the input, trailing rows past them
+    being padding (the static buffers of permute-and-pad end in such rows, as in TE's JAX
+    grouped GEMM).
 
     Raises:
-        ValueError: a negative split, or splits not summing to the row count.
+        ValueError: a negative split, or splits summing to more than the row count.
     """
     if any(s < 0 for s in splits):
         fail(op, ValueError, f"m_splits must be >= 0, got {list(splits)}")
-    if sum(splits) != num_rows:
-        fail(op, ValueError, f"m_splits must sum to the {num_rows} rows of the input, got sum {sum(splits)}")
+    if sum(splits) > num_rows:
+        fail(op, ValueError, f"m_splits must sum to at most the {num_rows} rows of the input (rows past the sum are "
+             f"padding), got sum {sum(splits)}")
 
 
 # ---- quantized inputs --------------------------------------------------------------------------

@@ -208,19 +208,18 @@ TweStatus twe_permute_unpermute_backward(const TweTensorView* grad_out, const Tw
 }
 
 TweStatus twe_permute_pad_offsets(const TweTensorView* counts, TweTensorView* pad_offsets, TweTensorView* padded_counts,
-                                  int64_t align_size, int64_t out_rows, void* stream) {
+                                  int64_t align_size, void* stream) {
   if (!present(counts)) return fail(kTweInvalidArgument, "counts is missing");
   const TweDevice dev = counts->device;
   const int64_t experts = numel(*counts);
   if (experts < 1) return fail(kTweInvalidArgument, "counts must hold at least one expert");
   if (align_size < 1) return fail(kTweInvalidArgument, "align_size must be >= 1");
-  if (out_rows < 0 || out_rows > kMaxRows) return fail(kTweInvalidArgument, "out_rows must be in [0, 2^31)");
   TweStatus st = check_view(counts, "counts", kTweInt32, -1, experts, dev);
   if (st) return st;
   if ((st = check_view(pad_offsets, "pad_offsets", kTweInt32, -1, experts, dev))) return st;
   if ((st = check_view(padded_counts, "padded_counts", kTweInt32, -1, experts, dev))) return st;
   PermuteArgs args{counts, nullptr, nullptr, nullptr, pad_offsets, padded_counts, nullptr, TwePermuteParams{},
-                   experts, out_rows, 0, stream, align_size};
+                   experts, 0, 0, stream, align_size};
   st = run_on_device(dev, args, TWE_DEVICE_FNS(permute_pad_offsets));
   return st ? st : succeed();
 }

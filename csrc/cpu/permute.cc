@@ -229,8 +229,8 @@ TweStatus permute_unpermute_backward(const PermuteArgs& a) {
 }
 
 TweStatus permute_pad_offsets(const PermuteArgs& a) {
-  pad_offsets_of(static_cast<const int32_t*>(a.in->data), a.in_rows, a.align, a.out_rows,
-                 static_cast<int32_t*>(a.out->data), static_cast<int32_t*>(a.out_probs->data));
+  pad_offsets_of(static_cast<const int32_t*>(a.in->data), a.in_rows, a.align, static_cast<int32_t*>(a.out->data),
+                 static_cast<int32_t*>(a.out_probs->data));
   return kTweSuccess;
 }
 

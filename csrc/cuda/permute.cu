@@ -356,9 +356,9 @@ TweStatus permute_unpermute_backward(const PermuteArgs& a) {
 
 namespace {
 
-__global__ void pad_offsets_kernel(const int32_t* counts, int64_t E, int64_t align, int64_t out_rows,
-                                   int32_t* offsets, int32_t* padded) {
-  pad_offsets_of(counts, E, align, out_rows, offsets, padded);
+__global__ void pad_offsets_kernel(const int32_t* counts, int64_t E, int64_t align, int32_t* offsets,
+                                   int32_t* padded) {
+  pad_offsets_of(counts, E, align, offsets, padded);
 }
 
 __global__ void pad_map_kernel(const int32_t* in, const int32_t* offsets, int64_t T, int64_t E, int32_t* out) {
@@ -376,7 +376,7 @@ __global__ void split_pad_map_kernel(const int32_t* split, const int32_t* offset
 
 TweStatus permute_pad_offsets(const PermuteArgs& a) {
   pad_offsets_kernel<<<1, 1, 0, static_cast<cudaStream_t>(a.stream)>>>(
-      static_cast<const int32_t*>(a.in->data), a.in_rows, a.align, a.out_rows, static_cast<int32_t*>(a.out->data),
+      static_cast<const int32_t*>(a.in->data), a.in_rows, a.align, static_cast<int32_t*>(a.out->data),
       static_cast<int32_t*>(a.out_probs->data));
   return check_launch("pad_offsets_kernel");
 }

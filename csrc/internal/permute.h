@@ -63,16 +63,15 @@ TWE_HOST_DEVICE int64_t split_pad_row(const int32_t* split, const int32_t* pad_o
 }
 
 /*! twe_permute_pad_offsets over E experts, one pass in expert order (host and device). */
-TWE_HOST_DEVICE void pad_offsets_of(const int32_t* counts, int64_t experts, int64_t align, int64_t out_rows,
-                                    int32_t* offsets, int32_t* padded) {
-  int64_t shift = 0, total = 0;
+TWE_HOST_DEVICE void pad_offsets_of(const int32_t* counts, int64_t experts, int64_t align, int32_t* offsets,
+                                    int32_t* padded) {
+  int64_t shift = 0;
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t c = counts[e] > 0 ? counts[e] : 0;
-    const int64_t p = e + 1 < experts ? (c + align - 1) / align * align : out_rows - total;
+    const int64_t p = (c + align - 1) / align * align;
     offsets[e] = static_cast<int32_t>(shift);
     padded[e] = static_cast<int32_t>(p);
     shift += p - c;
-    total += p;
   }
 }
 

@@ -89,13 +89,12 @@ TweStatus permute_unpermute_backward(OpCall& call) {
                                         call.stream);
 }
 
-// inputs: counts | outputs: pad_offsets, padded_counts | attrs: align_size, out_rows
+// inputs: counts | outputs: pad_offsets, padded_counts | attrs: align_size
 TweStatus permute_pad_offsets(OpCall& call) {
   TweTensorView offsets = call.take_output();
   TweTensorView padded = call.take_output();
   call.expect_all_outputs_taken();
-  return twe_permute_pad_offsets(call.input(0), &offsets, &padded, call.attrs->get_int("align_size"),
-                                 call.attrs->get_int("out_rows"), call.stream);
+  return twe_permute_pad_offsets(call.input(0), &offsets, &padded, call.attrs->get_int("align_size"), call.stream);
 }
 
 // inputs: row_id_map, pad_offsets | outputs: padded row_id_map

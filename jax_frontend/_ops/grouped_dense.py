@@ -72,7 +72,7 @@ def grouped_dense(x, kernels, group_sizes, bias=None):
         the bytes of ``twinengine.jax.dense`` on its rows). High precision only.
     Raises:
         TypeError / ValueError: the shared core checks (as grouped_linear); for concrete CPU
-            group_sizes also Σ ≠ rows or a negative size; TypeError inside an autocast region
+            group_sizes also Σ > rows or a negative size; TypeError inside an autocast region
             with a recipe.
     """
     reject_quantized_recipe(current_recipe())

@@ -254,7 +254,7 @@ def moe_permute_and_pad_with_probs(inp, probs, routing_map, tokens_per_expert, a
     num_tokens, num_experts = routing_map.shape
     rows = padded_rows(num_routed, num_experts, align_size)
     row_id_map = ffi(ROW_ID_MAP.plan(meta(routing_map), num_routed, "mask"), [routing_map])[0]
-    pad_offsets, target = ffi(PAD_OFFSETS.plan(meta(counts), align_size, rows), [counts])
+    pad_offsets, target = ffi(PAD_OFFSETS.plan(meta(counts), align_size), [counts])
     padded_map = ffi(PAD_MAP.plan(meta(row_id_map), meta(pad_offsets), num_tokens), [row_id_map, pad_offsets])[0]
     out, permuted_probs = _permute_rows(inp, padded_map, probs, num_tokens, rows, "mask", op)
     return out, permuted_probs, row_id_map, pad_offsets, target
@@ -262,10 +262,10 @@ def moe_permute_and_pad_with_probs(inp, probs, routing_map, tokens_per_expert, a
 
 def _split_pad_map(op: str, m_splits, align_size: int, num_rows: int, rows: int):
     counts = jnp.asarray(m_splits).astype(jnp.int32)
-    PAD_OFFSETS.validate(meta(counts), align_size, rows)
+    PAD_OFFSETS.validate(meta(counts), align_size)
     if _inspectable(counts):
         check_split_values(op, np.asarray(counts).tolist(), num_rows)
-    pad_offsets, target = ffi(PAD_OFFSETS.infer(meta(counts), align_size, rows), [counts])
+    pad_offsets, target = ffi(PAD_OFFSETS.infer(meta(counts), align_size), [counts])
     row_id_map = ffi(SPLIT_PAD_MAP.plan(meta(counts), meta(pad_offsets), num_rows, rows), [counts, pad_offsets])[0]
     return row_id_map, target
 
@@ -308,7 +308,7 @@ def token_dispatch(inp, routing_map, num_out_tokens: int, probs=None, align_size
 
     Without align_size: moe_permute(_with_probs); pad_offsets is None and tokens_per_expert the
     routed count of each expert. With align_size: moe_permute_and_pad_with_probs, and
-    tokens_per_expert the padded block sizes (Σ = output rows). permuted_probs is None without
+    tokens_per_expert the padded block sizes. permuted_probs is None without
     probs. num_out_tokens (the routed pairs, a static size) is required, as under jit.
 
     Shapes / Numerics / Raises: as the functions it calls.

@@ -42,8 +42,8 @@ def test_grouped_linear_torch_and_jax_agree():
 
 def test_grouped_linear_errors_have_the_same_text():
     messages = []
-    for call in (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([2, 3])),
-                 lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((2, 4, 2)), jnp.asarray([2, 3])),
+    for call in (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([4, 3])),
+                 lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((2, 4, 2)), jnp.asarray([4, 3])),
                  lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 3, torch.tensor([3, 3])),
                  lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((3, 4, 2)), jnp.asarray([3, 3]))):
         with pytest.raises(ValueError) as err:

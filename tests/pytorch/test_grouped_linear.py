@@ -130,14 +130,26 @@ def test_grouped_linear_basic_op_in_sequential_matches_module():
             assert_bytes_equal(a, b, f"{name} result {j}")
 
 
+def test_grouped_linear_rows_past_the_splits_are_padding():
+    x_np, w, b, dy = _case([5, 0, 20, 3], "float32", True, seed=3)
+    x = to_torch(x_np).requires_grad_()
+    weights = [to_torch(wg).requires_grad_() for wg in w]
+    y = tep.grouped_linear(x, weights, torch.tensor([5, 0, 12, 3]), [to_torch(bg) for bg in b])
+    y.backward(to_torch(dy))
+    full = tep.grouped_linear(to_torch(x_np[:20]), [to_torch(wg) for wg in w], torch.tensor([5, 0, 12, 3]),
+                              [to_torch(bg) for bg in b])
+    assert_bytes_equal(from_torch(y[:20]), from_torch(full), "rows in the splits")
+    assert not from_torch(y[20:]).any() and not from_torch(x.grad[20:]).any(), "padding rows"
+
+
 def test_grouped_linear_state_dict_uses_te_names():
     layer = tep.GroupedLinear(3, 8, 4)
     assert sorted(layer.state_dict()) == sorted([f"weight{g}" for g in range(3)] + [f"bias{g}" for g in range(3)])
 
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([2, 3])), ValueError,
-     "m_splits must sum to the 6 rows of the input, got sum 5"),
+    (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([4, 3])), ValueError,
+     "m_splits must sum to at most the 6 rows of the input \\(rows past the sum are padding\\), got sum 7"),
     (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([8, -2])), ValueError,
      "m_splits must be >= 0"),
     (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 3, torch.tensor([3, 3])), ValueError,

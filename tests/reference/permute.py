@@ -180,18 +180,17 @@ def sort_chunks_ref(x: np.ndarray, split_sizes, sorted_index) -> np.ndarray:
 # ---- padding of expert blocks (fused permute-and-pad, Fp8Padding) ------------------------------
 # Each expert's (or split's) block of rows is padded with zero rows to a multiple of `align`;
 # the padded tensor has the static worst-case row count (N + min(E, N)·(align − 1)) rounded
-# down to a multiple of align, and the last block owns the rows past the others.
+# down to a multiple of align; rows past the padded blocks are zero too.
 
 def padded_rows_ref(num_rows: int, num_blocks: int, align: int) -> int:
     return (num_rows + min(num_blocks, num_rows) * (align - 1)) // align * align
 
 
-def pad_offsets_ref(counts, align: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(pad_offsets, padded_counts) int32 (E,): padded[e] = roundup(c, align) but the last =
-    rows − Σ others; pad_offsets[e] = Σ_{j<e} (padded[j] − c_j)."""
+def pad_offsets_ref(counts, align: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pad_offsets, padded_counts) int32 (E,): padded[e] = roundup(c, align);
+    pad_offsets[e] = Σ_{j<e} (padded[j] − c_j)."""
     counts = [max(int(c), 0) for c in counts]
-    padded = [-(-c // align) * align for c in counts[:-1]]
-    padded.append(rows - sum(padded))
+    padded = [-(-c // align) * align for c in counts]
     offsets = [sum(p - c for p, c in zip(padded[:e], counts[:e])) for e in range(len(counts))]
     return np.array(offsets, dtype=np.int32), np.array(padded, dtype=np.int32)
 
@@ -203,7 +202,7 @@ def permute_and_pad_ref(x: np.ndarray, probs: np.ndarray, mask: np.ndarray, alig
     T, E = mask.shape
     counts = mask.astype(np.int64).sum(axis=0)
     rows = padded_rows_ref(int(counts.sum()), E, align)
-    offsets, padded = pad_offsets_ref(counts, align, rows)
+    offsets, padded = pad_offsets_ref(counts, align)
     out = np.zeros((rows,) + x.shape[1:], dtype=x.dtype)
     pp = np.zeros(rows, dtype=probs.dtype)
     start = 0
@@ -229,7 +228,7 @@ def pad_row_id_map_ref(row_id_map: np.ndarray, pad_offsets: np.ndarray) -> np.nd
 def pad_splits_ref(x: np.ndarray, splits, align: int) -> tuple[np.ndarray, np.ndarray]:
     """(padded (R, H), padded_splits) of consecutive row blocks of `splits` rows each."""
     rows = padded_rows_ref(x.shape[0], len(splits), align)
-    _, padded = pad_offsets_ref(splits, align, rows)
+    _, padded = pad_offsets_ref(splits, align)
     out = np.zeros((rows,) + x.shape[1:], dtype=x.dtype)
     src = dst = 0
     for size, block in zip(splits, padded):

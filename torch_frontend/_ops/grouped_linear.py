@@ -115,14 +115,15 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
 
     Shapes: x (..., K), its leading dimensions flattened to M rows; weights G × (N, K);
         biases G × (N,); m_splits (G,) (a tensor — read by the kernels, so a new split neither
-        syncs nor recompiles — or a list of ints); y (..., N).
+        syncs nor recompiles — or a list of ints); rows past Σ m_splits are padding (output 0,
+        gradient 0), as the static buffers of moe_permute_and_pad_with_probs end; y (..., N).
     Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
     Numerics: each group's rows give exactly the bytes of ``twinengine.pytorch.linear`` on
         those rows with that group's weight (output, dx, dweight, dbias); empty groups give
         zero weight gradients. High precision only (see Raises).
     Raises:
         TypeError / ValueError: from core — wrong number of weights/biases, m_splits not a 1-D
-            int tensor of G entries, shapes; eagerly on CPU also Σ m_splits ≠ rows or a negative
+            int tensor of G entries, shapes; eagerly on CPU also Σ m_splits > rows or a negative
             split; TypeError inside an autocast region with a recipe.
     """
     reject_quantized_recipe(current_recipe())

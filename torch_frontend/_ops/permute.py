@@ -63,13 +63,13 @@ def _(split_sizes, sorted_index, num_tokens):
 
 
 @torch.library.custom_op("twinengine::moe_pad_offsets", mutates_args=())
-def _pad_offsets(counts: Tensor, align_size: int, out_rows: int) -> list[Tensor]:
-    return launch(PAD_OFFSETS.plan(meta(counts), align_size, out_rows), [counts], counts.device)
+def _pad_offsets(counts: Tensor, align_size: int) -> list[Tensor]:
+    return launch(PAD_OFFSETS.plan(meta(counts), align_size), [counts], counts.device)
 
 
 @_pad_offsets.register_fake
-def _(counts, align_size, out_rows):
-    return empty_outputs(PAD_OFFSETS.plan(meta(counts), align_size, out_rows), counts.device)
+def _(counts, align_size):
+    return empty_outputs(PAD_OFFSETS.plan(meta(counts), align_size), counts.device)
 
 
 @torch.library.custom_op("twinengine::moe_pad_map", mutates_args=())
@@ -382,10 +382,10 @@ def moe_permute_and_pad_with_probs(inp: Tensor | QuantizedTensor, probs: Tensor,
         align, N the routed pairs (num_out_tokens, or counted eagerly as moe_permute does);
         row_id_map (T, 2E+1), unpadded as moe_permute's; pad_offsets and
         target_tokens_per_expert int32 (E,).
-    Numerics: expert e's rows start at Σ_{j<e} target[j]; target[e] = roundup(count_e, align),
-        except the last expert, which also owns the rows past the last block (Σ target = R, so
-        target feeds GroupedLinear as m_splits). Padding rows are zero (probs 0) and receive
-        no gradient. Unlike TE, R is static (no host sync, identical eager and compiled).
+    Numerics: expert e's rows start at Σ_{j<e} target[j], target[e] = roundup(count_e, align)
+        (TE's); the rows past Σ target are padding too (R is static: no host sync, identical
+        eager and compiled, unlike TE's exact size), and target feeds GroupedLinear as m_splits.
+        Padding rows are zero (probs 0) and receive no gradient.
     Raises:
         TypeError / ValueError: as moe_permute_with_probs; align_size not a positive multiple of
             the active autocast recipe's row alignment (16 FP8, 32 MXFP8 / NVFP4, 128 FP8 block);
@@ -402,9 +402,9 @@ def moe_permute_and_pad_with_probs(inp: Tensor | QuantizedTensor, probs: Tensor,
     num_tokens, num_experts = routing_map.shape
     rows = padded_rows(num_routed, num_experts, align_size)
     ROW_ID_MAP.validate(meta(routing_map), num_routed, "mask")
-    PAD_OFFSETS.validate(meta(counts), align_size, rows)
+    PAD_OFFSETS.validate(meta(counts), align_size)
     row_id_map = torch.ops.twinengine.moe_row_id_map(routing_map, num_routed, "mask")
-    pad_offsets, target = torch.ops.twinengine.moe_pad_offsets(counts, align_size, rows)
+    pad_offsets, target = torch.ops.twinengine.moe_pad_offsets(counts, align_size)
     padded_map = torch.ops.twinengine.moe_pad_map(row_id_map, pad_offsets, num_tokens)
     out, permuted_probs = _permute_rows(inp, padded_map, probs, num_tokens, rows, "mask", op)
     return out, permuted_probs, row_id_map, pad_offsets, target
@@ -417,12 +417,12 @@ def moe_pad_splits(inp: Tensor | QuantizedTensor, m_splits: Tensor | Sequence[in
 
     Shapes: inp (M, H) (or a rowwise QuantizedTensor); m_splits (G,) int tensor or ints;
         padded (R, H) with the static R = (M + min(G, M)·(align − 1)) rounded down to a
-        multiple of align; padded_m_splits int32 (G,), Σ = R (the last block owns the rows
-        past the others, as in moe_permute_and_pad_with_probs).
+        multiple of align; padded_m_splits int32 (G,) = roundup(m_splits, align), the rows past
+        their sum being padding too (as in moe_permute_and_pad_with_probs).
     Numerics: bytes moved; padding rows zero; differentiable (padding rows get no gradient).
     Raises:
         TypeError / ValueError: align_size (as moe_permute_and_pad_with_probs), m_splits not 1-D;
-            eagerly on CPU also negative splits or Σ m_splits ≠ M.
+            eagerly on CPU also negative splits or Σ m_splits > M.
     """
     op = "moe_pad_splits"
     check_align_size(op, align_size, current_recipe())
@@ -430,10 +430,10 @@ def moe_pad_splits(inp: Tensor | QuantizedTensor, m_splits: Tensor | Sequence[in
     counts = _int32_splits(op, "m_splits", m_splits, data.device)
     num_rows = inp.shape[0]
     rows = padded_rows(num_rows, counts.shape[0] if counts.dim() == 1 else 0, align_size)
-    PAD_OFFSETS.validate(meta(counts), align_size, rows)
+    PAD_OFFSETS.validate(meta(counts), align_size)
     if _inspectable(counts):
         check_split_values(op, counts.tolist(), num_rows)
-    pad_offsets, target = torch.ops.twinengine.moe_pad_offsets(counts, align_size, rows)
+    pad_offsets, target = torch.ops.twinengine.moe_pad_offsets(counts, align_size)
     SPLIT_PAD_MAP.validate(meta(counts), meta(pad_offsets), num_rows, rows)
     row_id_map = torch.ops.twinengine.moe_split_pad_map(counts, pad_offsets, num_rows, rows)
     out, _ = _permute_rows(inp, row_id_map, None, num_rows, rows, "index", op)
@@ -457,10 +457,10 @@ def moe_unpad_splits(inp: Tensor, m_splits: Tensor | Sequence[int], align_size: 
     check_align_size(op, align_size, current_recipe())
     counts = _int32_splits(op, "m_splits", m_splits, inp.device)
     rows = inp.shape[0]
-    PAD_OFFSETS.validate(meta(counts), align_size, rows)
+    PAD_OFFSETS.validate(meta(counts), align_size)
     if _inspectable(counts):
         check_split_values(op, counts.tolist(), num_rows)
-    pad_offsets, _ = torch.ops.twinengine.moe_pad_offsets(counts, align_size, rows)
+    pad_offsets, _ = torch.ops.twinengine.moe_pad_offsets(counts, align_size)
     SPLIT_PAD_MAP.validate(meta(counts), meta(pad_offsets), num_rows, rows)
     row_id_map = torch.ops.twinengine.moe_split_pad_map(counts, pad_offsets, num_rows, rows)
     UNPERMUTE.validate(meta(inp), meta(row_id_map), None, num_rows, "index")

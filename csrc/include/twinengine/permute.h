@@ -139,19 +139,16 @@ TweStatus twe_permute_unpermute_backward(const TweTensorView* grad_out, const Tw
                                          const TwePermuteParams* params, void* stream);
 
 /*! \brief Padding of per-expert row blocks to a multiple of `align_size` (fused permute-and-pad).
- *  With c_e = max(counts[e], 0): padded_counts[e] = roundup(c_e, align_size) for e < E−1, and the
- *  last expert takes the remaining rows, padded_counts[E−1] = out_rows − Σ_{e<E−1} padded_counts[e]
- *  (so the padded blocks tile exactly out_rows rows); pad_offsets[e] = Σ_{j<e} (padded_counts[j] − c_j),
- *  the shift of expert e's rows.
+ *  With c_e = max(counts[e], 0): padded_counts[e] = roundup(c_e, align_size) and
+ *  pad_offsets[e] = Σ_{j<e} (padded_counts[j] − c_j), the shift of expert e's rows.
  *  \param[in]  counts         int32 (E,) rows per expert (E ≥ 1).
  *  \param[out] pad_offsets    int32 (E,).
  *  \param[out] padded_counts  int32 (E,).
  *  \param[in]  align_size     block alignment ≥ 1.
- *  \param[in]  out_rows       rows of the padded tensor, 0 ≤ out_rows < 2^31.
  *  \param[in]  stream         cudaStream_t for CUDA views.
  */
 TweStatus twe_permute_pad_offsets(const TweTensorView* counts, TweTensorView* pad_offsets, TweTensorView* padded_counts,
-                                  int64_t align_size, int64_t out_rows, void* stream);
+                                  int64_t align_size, void* stream);
 
 /*! \brief Shifts the rows of a mask-map row_id_map into padded expert blocks: every kept pair
  *  (row, expert) becomes (row + pad_offsets[expert], expert); everything else is copied.
