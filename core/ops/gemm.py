@@ -237,11 +237,110 @@ def check_grouped_weights(num_gemms: int, weights: Any, biases: Any = None) -> N
                  f"{[tuple(b.shape) for b in biases]}")
 
 
-def reject_quantized_recipe(recipe: Any) -> None:
-    """Raises TypeError for a recipe (not None): quantized grouped GEMMs are not built yet."""
-    if recipe is not None:
-        fail(_GROUPED, TypeError, "GroupedLinear runs in high precision only; quantized grouped GEMMs "
-             f"({type(recipe).__name__}) are not implemented yet: call it outside autocast or in autocast(enabled=False)")
+def grouped_quantizers(recipe: Any) -> Any:
+    """The LinearQuantizers of a GroupedLinear under `recipe` (None: high precision).
+
+    Raises:
+        TypeError: a recipe other than per-tensor FP8 current scaling (the one quantized grouped
+            path built so far), or the errors of core.linear.linear_quantizers.
+    """
+    if recipe is None:
+        return None
+    from ..linear import linear_quantizers
+
+    qs = linear_quantizers(recipe)
+    if any(q.scaling_mode != "fp8_current" for q in (qs.input, qs.weight, qs.grad_output)):
+        fail(_GROUPED, TypeError, "GroupedLinear runs in high precision or with Float8CurrentScaling; quantized grouped "
+             f"GEMMs for {type(recipe).__name__} are not implemented yet: call it outside autocast or in "
+             "autocast(enabled=False)")
+    return qs
+
+
+def _check_fp8(name: str, x: ArrayMeta, rank: int) -> None:
+    if x.dtype not in ("float8_e4m3fn", "float8_e5m2") or len(x.shape) != rank:
+        fail(_GROUPED, TypeError, f"{name} must be FP8 data of rank {rank}, got {x.dtype} {tuple(x.shape)}")
+
+
+def _check_group_scales(name: str, scale: ArrayMeta, groups: Any) -> None:
+    if scale.dtype != "float32" or tuple(scale.shape) != (groups,):
+        fail(_GROUPED, ValueError, f"{name} must be float32 of shape ({groups},), got {scale.dtype} {tuple(scale.shape)}")
+
+
+def _validate_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
+                          m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, out_dtype: str = "float32") -> None:
+    _check_fp8("a", a, 2)
+    _check_fp8("b", b, 3)
+    check_m_splits(m_splits, b.shape[0])
+    _check_group_scales("a_scale_inv", a_scale_inv, b.shape[0])
+    _check_group_scales("b_scale_inv", b_scale_inv, b.shape[0])
+    if a.shape[1] != b.shape[2]:
+        fail(_GROUPED, ValueError, f"a {tuple(a.shape)} and b {tuple(b.shape)} disagree on K")
+    if out_dtype not in HIGH_PRECISION:
+        fail(_GROUPED, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
+    if bias is not None:
+        _check_hp_operand("bias", bias, 2)
+        if tuple(bias.shape) != tuple(b.shape[:2]):
+            fail(_GROUPED, ValueError, f"bias must have shape {tuple(b.shape[:2])}, got {tuple(bias.shape)}")
+
+
+def _infer_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
+                       m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, out_dtype: str = "float32") -> KernelCall:
+    inputs = ("a", "a_scale_inv", "b", "b_scale_inv", "m_splits") + (("bias",) if bias is not None else ())
+    return KernelCall("grouped_gemm", inputs, (TensorSpec("out", (a.shape[0], b.shape[1]), out_dtype),),
+                      (("scaling", _SCALING_CODES["fp8_current"]), ("a_k_major", 1), ("b_k_major", 1)))
+
+
+GROUPED_GEMM_FP8 = OpDef(
+    name="grouped_gemm_fp8",
+    args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits", "bias"),
+    attrs=("out_dtype",),
+    validate=_validate_grouped_fp8,
+    infer=_infer_grouped_fp8,
+)
+"""grouped_gemm_fp8(a, a_scale_inv, b, b_scale_inv, m_splits, bias=None, *, out_dtype) -> out (M, N).
+
+Shapes: a (M, K) FP8 rows of G blocks (each quantized on its own, a_scale_inv (G,)); b (G, N, K)
+    K-major FP8 (fprop: the rowwise weights; dgrad: the transposed columnwise copies (G, K, N)
+    read as (G, N', K')), b_scale_inv (G,); bias (G, N).
+Numerics: each group exactly ``gemm`` of the per-tensor FP8 operands (NUMERICS.md §8). CPU only.
+"""
+
+
+def _validate_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
+                                m_splits: ArrayMeta, *, out_dtype: str = "float32") -> None:
+    _check_fp8("a", a, 2)
+    _check_fp8("b", b, 2)
+    if not isinstance(m_splits, ArrayMeta) or m_splits.dtype != "int32" or len(m_splits.shape) != 1:
+        check_m_splits(m_splits, -1)
+    _check_group_scales("a_scale_inv", a_scale_inv, m_splits.shape[0])
+    _check_group_scales("b_scale_inv", b_scale_inv, m_splits.shape[0])
+    if a.shape[1] != b.shape[1]:
+        fail(_GROUPED, ValueError, f"a {tuple(a.shape)} and b {tuple(b.shape)} disagree on the rows M")
+    if out_dtype not in HIGH_PRECISION:
+        fail(_GROUPED, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
+
+
+def _infer_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
+                             m_splits: ArrayMeta, *, out_dtype: str = "float32") -> KernelCall:
+    return KernelCall("grouped_gemm_wgrad", ("a", "a_scale_inv", "b", "b_scale_inv", "m_splits"),
+                      (TensorSpec("out", (m_splits.shape[0], a.shape[0], b.shape[0]), out_dtype),),
+                      (("scaling", _SCALING_CODES["fp8_current"]), ("a_k_major", 1), ("b_k_major", 1)))
+
+
+GROUPED_GEMM_WGRAD_FP8 = OpDef(
+    name="grouped_gemm_wgrad_fp8",
+    args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits"),
+    attrs=("out_dtype",),
+    validate=_validate_grouped_wgrad_fp8,
+    infer=_infer_grouped_wgrad_fp8,
+)
+"""grouped_gemm_wgrad_fp8(a, a_scale_inv, b, b_scale_inv, m_splits, *, out_dtype) -> out (G, N, K).
+
+Shapes: a: grad_output's grouped columnwise copy, the blocks (N, m_g) one after another viewed
+    as (N, M); b: the input's, (K, m_g) blocks viewed as (K, M); scales (G,).
+Numerics: out[g] exactly ``gemm(dy_g, x_g, a_columnwise=True, b_columnwise=True)`` of the
+    per-expert quantized tensors. CPU only.
+"""
 
 
 def _validate_grouped(a: Any, b: Any, m_splits: Any, bias: Any = None, *, b_columnwise: bool = False,
@@ -267,7 +366,7 @@ def _infer_grouped(a: Any, b: Any, m_splits: Any, bias: Any = None, *, b_columnw
     n = b.shape[2] if b_columnwise else b.shape[1]
     inputs = ("a", "b", "m_splits") + (("bias",) if bias is not None else ())
     return KernelCall("grouped_gemm", inputs, (TensorSpec("out", (a.shape[0], n), out_dtype),),
-                      (("a_k_major", 1), ("b_k_major", int(not b_columnwise))))
+                      (("scaling", 0), ("a_k_major", 1), ("b_k_major", int(not b_columnwise))))
 
 
 GROUPED_GEMM = OpDef(
@@ -306,7 +405,7 @@ def _infer_grouped_wgrad(a: Any, b: Any, m_splits: Any, *, a_row_sum: bool = Fal
     n = 1 if a_row_sum else a.shape[1]
     return KernelCall("grouped_gemm_wgrad", ("a", "b", "m_splits"),
                       (TensorSpec("out", (m_splits.shape[0], n, b.shape[1]), out_dtype),),
-                      (("a_k_major", int(a_row_sum)), ("b_k_major", 0)))
+                      (("scaling", 0), ("a_k_major", int(a_row_sum)), ("b_k_major", 0)))
 
 
 GROUPED_GEMM_WGRAD = OpDef(

@@ -348,3 +348,42 @@ UPDATE_DELAYED_SCALING = OpDef(
 
 def array_meta(shape: Sequence[Any], dtype: str) -> ArrayMeta:
     return ArrayMeta(tuple(shape), dtype)
+
+
+# ---- grouped per-tensor FP8 (GroupedLinear under Float8CurrentScaling) ------------------------
+
+def _validate_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, quantizer: Quantizer) -> None:
+    op = "grouped_linear"
+    if quantizer.scaling_mode != "fp8_current" or not (quantizer.rowwise and quantizer.columnwise):
+        fail(op, TypeError, f"grouped quantization takes a Float8CurrentScalingQuantizer with both usages, got "
+             f"{quantizer!r}")
+    if x.dtype not in HIGH_PRECISION or len(x.shape) != 2:
+        fail(op, TypeError, f"x must be a 2-D float32, bfloat16 or float16 array, got {x.dtype} {tuple(x.shape)}")
+    if m_splits.dtype != "int32" or len(m_splits.shape) != 1 or m_splits.shape[0] < 1:
+        fail(op, TypeError, f"m_splits must be a 1-D int32 array, got {m_splits.dtype} {tuple(m_splits.shape)}")
+
+
+def _infer_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, quantizer: Quantizer) -> KernelCall:
+    rows, cols = x.shape
+    groups = m_splits.shape[0]
+    data = FP8_DTYPES[quantizer.fp8_dtype]
+    return KernelCall("grouped_quantize_fp8_current", ("x", "m_splits"), (
+        TensorSpec("rowwise_data", (rows, cols), data), TensorSpec("rowwise_scale_inv", (groups,), "float32"),
+        TensorSpec("columnwise_data", (rows * cols,), data), TensorSpec("columnwise_scale_inv", (groups,), "float32"),
+        TensorSpec("amax", (groups,), "float32")), _quantize_attrs(quantizer))
+
+
+GROUPED_QUANTIZE = OpDef(
+    name="grouped_quantize",
+    args=("x", "m_splits"),
+    attrs=("quantizer",),
+    validate=_validate_grouped_quantize,
+    infer=_infer_grouped_quantize,
+)
+"""grouped_quantize(x, m_splits, quantizer) -> (rowwise_data (M, K), rowwise_scale_inv (G,),
+columnwise_data (M·K,), columnwise_scale_inv (G,), amax (G,)).
+
+Numerics: each row block of m_splits is quantized on its own with per-tensor current scaling
+(NUMERICS.md §4), exactly the bytes ``quantize`` gives the block alone; columnwise_data holds
+each block's transposed copy (K, m_g) one after another. CPU only.
+"""

@@ -296,7 +296,11 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
     last_end = end;
     TweGemmOperand a{}, b{};
     TweTensorView out, bias;
-    GemmArgs call{&a, &b, nullptr, &out, kTweGemmHighPrecision, 0, n, 0, args.stream};
+    GemmArgs call{&a, &b, nullptr, &out, args.scaling, 0, n, 0, args.stream};
+    if (args.scaling == kTweGemmFP8PerTensor) {
+      a.scale_inv = sub_view(*args.a_scale_inv, g, 1, 1);
+      b.scale_inv = sub_view(*args.b_scale_inv, g, 1, 1);
+    }
     if (!args.ragged_k) {
       if (rows == 0) continue;
       a.data = sub_view(*args.a, begin * k, rows, k);
@@ -316,10 +320,10 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
         zero_elements(*args.out, g * n * k, n * k);
         continue;
       }
-      a.data = args.a_k_major ? sub_view(*args.a, begin, 1, rows) : sub_view(*args.a, begin * n, rows, n);
+      a.data = args.a_k_major ? sub_view(*args.a, begin * n, n, rows) : sub_view(*args.a, begin * n, rows, n);
       a.k_major = args.a_k_major;
-      b.data = sub_view(*args.b, begin * k, rows, k);
-      b.k_major = 0;
+      b.data = args.b_k_major ? sub_view(*args.b, begin * k, k, rows) : sub_view(*args.b, begin * k, rows, k);
+      b.k_major = args.b_k_major;
       call.m = n;
       call.n = k;
       call.k = rows;

@@ -483,6 +483,38 @@ TweStatus quantize_fp8_current(const QuantizeArgs& a) {
   });
 }
 
+TweStatus grouped_quantize_fp8_current(const QuantizeArgs& a, const TweTensorView& m_splits) {
+  const int32_t* splits = static_cast<const int32_t*>(m_splits.data);
+  const TweQuantizedTensor& o = *a.output;
+  const int64_t k = a.cols;
+  auto block = [](const TweTensorView& v, int64_t offset, int64_t rows, int64_t cols) {
+    TweTensorView s = v;
+    s.data = static_cast<char*>(v.data) + offset * element_size(v.dtype);
+    s.ndim = 2;
+    s.shape[0] = rows;
+    s.shape[1] = cols;
+    return s;
+  };
+  int64_t start = 0;
+  for (int64_t g = 0; g < m_splits.shape[0]; ++g) {
+    const int64_t begin = std::min(start, a.rows);
+    const int64_t end = std::min(start + std::max<int32_t>(splits[g], 0), a.rows);
+    start += std::max<int32_t>(splits[g], 0);
+    const int64_t rows = end - begin;
+    TweTensorView input = block(*a.input, begin * k, rows, k);
+    TweQuantizedTensor out{};
+    out.rowwise_data = block(o.rowwise_data, begin * k, rows, k);
+    out.rowwise_scale_inv = block(o.rowwise_scale_inv, g, 1, 1);
+    out.columnwise_data = block(o.columnwise_data, begin * k, k, rows);
+    out.columnwise_scale_inv = block(o.columnwise_scale_inv, g, 1, 1);
+    out.amax = block(o.amax, g, 1, 1);
+    QuantizeArgs group{&input, nullptr, nullptr, &out, a.params, rows, k, a.stream};
+    const TweStatus st = quantize_fp8_current(group);
+    if (st) return st;
+  }
+  return kTweSuccess;
+}
+
 TweStatus quantize_fp8_delayed(const QuantizeArgs& a) {
   ScopedIeeeSubnormals ieee;
   return dispatch_high_precision(a.input->dtype, [&](auto tag) {

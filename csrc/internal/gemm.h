@@ -58,6 +58,9 @@ struct GroupedGemmArgs {
   const TweTensorView* m_splits;
   const TweTensorView* bias;  // nullptr when absent
   TweTensorView* out;
+  const TweTensorView* a_scale_inv;  // (G,) per-tensor FP8, else nullptr
+  const TweTensorView* b_scale_inv;
+  TweGemmScaling scaling;
   bool ragged_k;
   bool a_k_major;
   bool b_k_major;

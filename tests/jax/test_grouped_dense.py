@@ -87,5 +87,6 @@ def test_grouped_dense_rejects_bad_arguments(call, error, match):
 
 def test_grouped_dense_under_a_recipe_raises():
     with tej.autocast(te.recipe.Float8CurrentScaling()):
-        with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision only"):
+        with pytest.raises(TypeError, match="twinengine.grouped_linear: twinengine.jax.grouped_dense runs in high "
+                                            "precision only"):
             tej.grouped_dense(jnp.ones((4, 4)), jnp.ones((2, 4, 2)), jnp.asarray([2, 2]))

@@ -17,24 +17,32 @@ from twinengine.pytorch import ops
 SPLITS = [[5, 0, 20, 3], [0, 0, 28, 0], [7, 7, 7, 7], [0, 0, 0, 0], [1, 13, 0, 14]]
 
 
-def _per_expert(x_np, w, b, dy_np, splits, dtype):
-    """(y, dx, dws, dbs) from one tep.Linear per expert on its own rows."""
+def _per_expert(x_np, w, b, dy_np, splits, dtype, recipe=None):
+    """(y, dx, dws, dbs) from one tep.Linear per expert on its own rows (empty experts: zeros)."""
     ys, dxs, dws, dbs = [], [], [], []
     off = 0
     for g, size in enumerate(splits):
+        if size == 0:
+            ys.append(np.zeros((0, w.shape[1]), w.dtype))
+            dxs.append(np.zeros((0, w.shape[2]), w.dtype))
+            dws.append(np.zeros(w.shape[1:], w.dtype))
+            if b is not None:
+                dbs.append(np.zeros(b.shape[1:], b.dtype))
+            continue
         lin = tep.Linear(w.shape[2], w.shape[1], bias=b is not None, params_dtype=dtype)
         with torch.no_grad():
             lin.weight.copy_(to_torch(w[g]))
             if b is not None:
                 lin.bias.copy_(to_torch(b[g]))
         xg = to_torch(x_np[off:off + size]).requires_grad_()
-        yg = lin(xg)
+        with tep.autocast(enabled=recipe is not None, recipe=recipe):
+            yg = lin(xg)
         yg.backward(to_torch(dy_np[off:off + size]))
         ys.append(from_torch(yg))
         dxs.append(from_torch(xg.grad))
-        dws.append(from_torch(lin.weight.grad) if lin.weight.grad is not None else np.zeros(w.shape[1:], w.dtype))
+        dws.append(from_torch(lin.weight.grad))
         if b is not None:
-            dbs.append(from_torch(lin.bias.grad) if lin.bias.grad is not None else np.zeros(b.shape[1:], b.dtype))
+            dbs.append(from_torch(lin.bias.grad))
         off += size
     return np.concatenate(ys), np.concatenate(dxs), dws, dbs
 
@@ -71,6 +79,56 @@ def test_grouped_linear_matches_per_expert_linear(splits, dtype, bias):
         assert_bytes_equal(from_torch(getattr(layer, f"weight{g}").grad), exp_dw[g], f"wgrad expert {g}")
         if bias:
             assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), exp_db[g], f"bias grad expert {g}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("splits", [[5, 3, 20, 4], [0, 0, 28, 0], [1, 13, 0, 14]], ids=str)
+def test_grouped_linear_fp8_current_matches_per_expert_linear(splits, dtype):
+    recipe = te.recipe.Float8CurrentScaling()
+    x_np, w, b, dy = _case(splits, dtype, True, seed=7)
+    torch_dtype = getattr(torch, dtype)
+    layer = tep.GroupedLinear(len(splits), w.shape[2], w.shape[1], params_dtype=torch_dtype)
+    with torch.no_grad():
+        for g in range(len(splits)):
+            getattr(layer, f"weight{g}").copy_(to_torch(w[g]))
+            getattr(layer, f"bias{g}").copy_(to_torch(b[g]))
+    x = to_torch(x_np).requires_grad_()
+    with tep.autocast(recipe=recipe):
+        y = layer(x, torch.tensor(splits))
+    y.backward(to_torch(dy))
+    exp_y, exp_dx, exp_dw, exp_db = _per_expert(x_np, w, b, dy, splits, torch_dtype, recipe)
+    assert_bytes_equal(from_torch(y), exp_y, "output")
+    assert_bytes_equal(from_torch(x.grad), exp_dx, "dgrad")
+    for g in range(len(splits)):
+        assert_bytes_equal(from_torch(getattr(layer, f"weight{g}").grad), exp_dw[g], f"wgrad expert {g}")
+        assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), exp_db[g], f"bias grad expert {g}")
+
+
+def _fp8_step(layer, x, splits):
+    with tep.autocast(recipe=te.recipe.Float8CurrentScaling()):
+        return layer(x, splits)
+
+
+def test_grouped_linear_fp8_compiled_matches_eager_without_recompiles():
+    torch.manual_seed(0)
+    layer = tep.GroupedLinear(3, 32, 16)
+    compiled = torch.compile(_fp8_step, fullgraph=True)
+    x_np = np.random.default_rng(5).standard_normal((24, 32)).astype(np.float32)
+    for i, splits in enumerate(([8, 8, 8], [0, 24, 0], [3, 0, 21])):
+        outs = []
+        for fn in (_fp8_step, compiled):
+            layer.zero_grad()
+            x = to_torch(x_np).requires_grad_()
+            if fn is compiled and i > 0:
+                with no_recompiles():
+                    y = fn(layer, x, torch.tensor(splits, dtype=torch.int32))
+                    y.sum().backward()
+            else:
+                y = fn(layer, x, torch.tensor(splits, dtype=torch.int32))
+                y.sum().backward()
+            outs.append([from_torch(y), from_torch(x.grad)] + [from_torch(p.grad) for p in layer.parameters()])
+        for j, (eager, comp) in enumerate(zip(*outs)):
+            assert_bytes_equal(comp, eager, f"splits {splits} result {j}")
 
 
 def test_grouped_linear_matches_float64_math():
@@ -164,10 +222,11 @@ def test_grouped_linear_rejects_bad_arguments(call, error, match):
         call()
 
 
-def test_grouped_linear_under_a_recipe_raises():
-    with tep.autocast(recipe=te.recipe.Float8CurrentScaling()):
-        with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision only"):
-            tep.GroupedLinear(2, 4, 2)(torch.ones(4, 4), torch.tensor([2, 2]))
+def test_grouped_linear_under_an_unsupported_recipe_raises():
+    with tep.autocast(recipe=te.recipe.MXFP8BlockScaling()):
+        with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
+                                            "Float8CurrentScaling"):
+            tep.GroupedLinear(2, 32, 32)(torch.ones(64, 32), torch.tensor([32, 32]))
 
 
 def test_grouped_kernels_pass_opcheck():
@@ -179,5 +238,6 @@ def test_grouped_kernels_pass_opcheck():
                      (torch.ops.twinengine.grouped_gemm_wgrad, (dy, x, splits, False, "float32")),
                      (torch.ops.twinengine.grouped_gemm_wgrad, (torch.ones(1, 9), dy, splits, True, "float32")),
                      (torch.ops.twinengine.grouped_linear, (x.clone().requires_grad_(), w.clone().requires_grad_(),
-                                                            splits, b.clone().requires_grad_()))):
+                                                            splits, b.clone().requires_grad_())),
+                     (torch.ops.twinengine.grouped_quantize, (x, splits, te.Float8CurrentScalingQuantizer()))):
         torch.library.opcheck(op, args)

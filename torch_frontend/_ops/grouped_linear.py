@@ -11,11 +11,15 @@ import torch
 
 from ...ops.gemm import (
     GROUPED_GEMM,
+    GROUPED_GEMM_FP8,
     GROUPED_GEMM_WGRAD,
+    GROUPED_GEMM_WGRAD_FP8,
     check_grouped_weights,
     check_m_splits,
-    reject_quantized_recipe,
+    grouped_quantizers,
 )
+from ...ops.quantize import GROUPED_QUANTIZE
+from ...quantizers import Quantizer
 from ...ops.permute import check_split_values
 from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
 from ..autocast import current_recipe
@@ -94,6 +98,97 @@ def _backward(ctx, dy):
 _grouped_linear.register_autograd(_backward, setup_context=_setup)
 
 
+# ---- per-tensor FP8 (Float8CurrentScaling): each expert's blocks quantized on their own -----------
+
+@torch.library.custom_op("twinengine::grouped_quantize", mutates_args=())
+def _grouped_quantize(x: Tensor, m_splits: Tensor, quantizer: Quantizer) -> list[Tensor]:
+    return launch(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), quantizer), [x, m_splits], x.device)
+
+
+@_grouped_quantize.register_fake
+def _(x, m_splits, quantizer):
+    return empty_outputs(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), quantizer), x.device)
+
+
+@torch.library.custom_op("twinengine::grouped_gemm_fp8", mutates_args=())
+def _grouped_gemm_fp8(a: Tensor, a_scale_inv: Tensor, b: Tensor, b_scale_inv: Tensor, m_splits: Tensor,
+                      bias: Tensor | None, out_dtype: str) -> Tensor:
+    args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias))
+    call = GROUPED_GEMM_FP8.plan(*args, out_dtype=out_dtype)
+    arrays = {"a": a, "a_scale_inv": a_scale_inv, "b": b, "b_scale_inv": b_scale_inv, "m_splits": m_splits,
+              "bias": bias}
+    return launch(call, [arrays[name] for name in call.inputs], a.device)[0]
+
+
+@_grouped_gemm_fp8.register_fake
+def _(a, a_scale_inv, b, b_scale_inv, m_splits, bias, out_dtype):
+    args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias))
+    return empty_outputs(GROUPED_GEMM_FP8.plan(*args, out_dtype=out_dtype), a.device)[0]
+
+
+@torch.library.custom_op("twinengine::grouped_gemm_wgrad_fp8", mutates_args=())
+def _grouped_gemm_wgrad_fp8(a: Tensor, a_scale_inv: Tensor, b: Tensor, b_scale_inv: Tensor, m_splits: Tensor,
+                            out_dtype: str) -> Tensor:
+    call = GROUPED_GEMM_WGRAD_FP8.plan(meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits),
+                                       out_dtype=out_dtype)
+    return launch(call, [a, a_scale_inv, b, b_scale_inv, m_splits], a.device)[0]
+
+
+@_grouped_gemm_wgrad_fp8.register_fake
+def _(a, a_scale_inv, b, b_scale_inv, m_splits, out_dtype):
+    call = GROUPED_GEMM_WGRAD_FP8.plan(meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits),
+                                       out_dtype=out_dtype)
+    return empty_outputs(call, a.device)[0]
+
+
+def _grouped_linear_fp8_body(x: Tensor, weight: Tensor, m_splits: Tensor, bias: Tensor | None, q_input: Quantizer,
+                             q_weight: Quantizer, q_grad: Quantizer) -> list[Tensor]:
+    """[y, x columnwise data, its scales, weight columnwise data, its scales] (the copies the
+    backward needs are outputs, so the context saves them)."""
+    groups, n, k = weight.shape
+    x_row, x_row_s, x_col, x_col_s, _ = torch.ops.twinengine.grouped_quantize(x, m_splits, q_input)
+    w_splits = torch.full((groups,), n, dtype=torch.int32, device=x.device)
+    w_row, w_row_s, w_col, w_col_s, _ = torch.ops.twinengine.grouped_quantize(weight.reshape(groups * n, k),
+                                                                              w_splits, q_weight)
+    y = torch.ops.twinengine.grouped_gemm_fp8(x_row, x_row_s, w_row.view(groups, n, k), w_row_s, m_splits, bias,
+                                              dtype_name(x.dtype))
+    return [y, x_col, x_col_s, w_col, w_col_s]
+
+
+_grouped_linear_fp8 = torch.library.custom_op("twinengine::grouped_linear_fp8", mutates_args=())(
+    _grouped_linear_fp8_body)
+_grouped_linear_fp8.register_fake(_grouped_linear_fp8_body)
+
+
+def _fp8_setup(ctx, inputs, output):
+    x, weight, m_splits, bias, _, _, q_grad = inputs
+    _, x_col, x_col_s, w_col, w_col_s = output
+    ctx.save_for_backward(x_col, x_col_s, w_col, w_col_s, m_splits)
+    ctx.q_grad, ctx.shape = q_grad, tuple(weight.shape)
+    ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+
+
+def _fp8_backward(ctx, grads):
+    dy = grads[0]
+    x_col, x_col_s, w_col, w_col_s, m_splits = ctx.saved_tensors
+    groups, n, k = ctx.shape
+    x_dtype, w_dtype, b_dtype = ctx.dtypes
+    rows = dy.shape[0]
+    d_row, d_row_s, d_col, d_col_s, _ = torch.ops.twinengine.grouped_quantize(dy, m_splits, ctx.q_grad)
+    dx = torch.ops.twinengine.grouped_gemm_fp8(d_row, d_row_s, w_col.view(groups, k, n), w_col_s, m_splits, None,
+                                               dtype_name(x_dtype))
+    dw = torch.ops.twinengine.grouped_gemm_wgrad_fp8(d_col.view(n, rows), d_col_s, x_col.view(k, rows), x_col_s,
+                                                     m_splits, dtype_name(w_dtype))
+    db = None
+    if b_dtype is not None:
+        ones = torch.ones(1, rows, dtype=dy.dtype, device=dy.device)
+        db = torch.ops.twinengine.grouped_gemm_wgrad(ones, dy, m_splits, True, dtype_name(b_dtype)).reshape(groups, n)
+    return dx, dw, None, db, None, None, None
+
+
+_grouped_linear_fp8.register_autograd(_fp8_backward, setup_context=_fp8_setup)
+
+
 def prepare_m_splits(op: str, m_splits: Tensor | Sequence[int], num_gemms: int, num_rows: int,
                      device: torch.device) -> Tensor:
     """m_splits as an int32 tensor on `device` (a list of ints becomes one), checked by core;
@@ -120,13 +215,15 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
     Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
     Numerics: each group's rows give exactly the bytes of ``twinengine.pytorch.linear`` on
         those rows with that group's weight (output, dx, dweight, dbias); empty groups give
-        zero weight gradients. High precision only (see Raises).
+        zero weight gradients. Inside ``autocast(Float8CurrentScaling)`` each expert's input
+        rows, weight and gradient rows are quantized on their own (per-tensor scales per
+        expert; CPU only), again exactly the per-expert Linear's bytes.
     Raises:
         TypeError / ValueError: from core — wrong number of weights/biases, m_splits not a 1-D
             int tensor of G entries, shapes; eagerly on CPU also Σ m_splits > rows or a negative
-            split; TypeError inside an autocast region with a recipe.
+            split; TypeError inside an autocast region with another recipe.
     """
-    reject_quantized_recipe(current_recipe())
+    qs = grouped_quantizers(current_recipe())
     num_gemms = len(m_splits) if not isinstance(m_splits, torch.Tensor) else m_splits.shape[0]
     check_grouped_weights(num_gemms, weights, biases)
     for name, t in (("x", x), ("weight0", weights[0])):
@@ -135,5 +232,8 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
     splits = prepare_m_splits(_OP, m_splits, num_gemms, x2.shape[0], x.device)
     weight = torch.stack(list(weights))
     bias = None if biases is None else torch.stack(list(biases))
-    y = torch.ops.twinengine.grouped_linear(x2, weight, splits, bias)
+    if qs is None:
+        y = torch.ops.twinengine.grouped_linear(x2, weight, splits, bias)
+    else:
+        y = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, qs.input, qs.weight, qs.grad_output)[0]
     return y.reshape(*x.shape[:-1], weight.shape[1])

@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 from ...fusion.ops import OpDesc, check_features
-from ...ops.gemm import check_grouped_weights, reject_quantized_recipe
+from ...ops.gemm import check_grouped_weights, grouped_quantizers
 from .._ops.grouped_linear import grouped_backward, grouped_fprop, prepare_m_splits
+from ...ops.opdef import fail
 from .op import BasicOperation, OpContext
 
 
@@ -54,7 +55,9 @@ class GroupedLinear(BasicOperation):
         return OpDesc("user", "GroupedLinear")
 
     def op_call(self, recipe):
-        reject_quantized_recipe(recipe)
+        if grouped_quantizers(recipe) is not None:
+            fail("grouped_linear", TypeError, "ops.GroupedLinear runs in high precision only (use "
+                 "twinengine.pytorch.GroupedLinear for Float8CurrentScaling)")
         return {}, {}
 
     def op_forward_compute(self, x, params, *, extra_inputs=()):
