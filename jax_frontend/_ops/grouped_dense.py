@@ -6,20 +6,23 @@ twinengine.pytorch.GroupedLinear, so outputs and gradients are bit-identical to 
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ...ops.gemm import (
     GROUPED_GEMM,
+    GROUPED_GEMM_FP8,
     GROUPED_GEMM_WGRAD,
+    GROUPED_GEMM_WGRAD_FP8,
     check_grouped_weights,
     check_m_splits,
     grouped_quantizers,
 )
-from ...ops.opdef import fail
 from ...ops.permute import check_split_values
-from ...ops.quantize import ArrayMeta
+from ...ops.quantize import GROUPED_QUANTIZE, ArrayMeta
 from .._library import dtype_name, ffi, meta
 from ..autocast import current_recipe
 
@@ -61,6 +64,53 @@ def _grouped_bwd(res, dy):
 _grouped.defvjp(_grouped_fwd, _grouped_bwd)
 
 
+# ---- per-tensor FP8 (Float8CurrentScaling): each expert's blocks quantized on their own ----------
+
+def _grouped_quantize(x, m_splits, quantizer):
+    return ffi(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), quantizer), [x, m_splits])
+
+
+def _gemm_fp8(a, a_s, b, b_s, m_splits, bias, out_dtype):
+    call = GROUPED_GEMM_FP8.plan(meta(a), meta(a_s), meta(b), meta(b_s), meta(m_splits), meta(bias),
+                                 out_dtype=dtype_name(out_dtype))
+    arrays = {"a": a, "a_scale_inv": a_s, "b": b, "b_scale_inv": b_s, "m_splits": m_splits, "bias": bias}
+    return ffi(call, [arrays[name] for name in call.inputs])[0]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _grouped_fp8(x, w, m_splits, bias, qs):
+    return _grouped_fp8_fwd(x, w, m_splits, bias, qs)[0]
+
+
+def _grouped_fp8_fwd(x, w, m_splits, bias, qs):
+    groups, n, k = w.shape
+    x_row, x_row_s, x_col, x_col_s, _ = _grouped_quantize(x, m_splits, qs.input)
+    w_row, w_row_s, w_col, w_col_s, _ = _grouped_quantize(w.reshape(groups * n, k),
+                                                          jnp.full((groups,), n, jnp.int32), qs.weight)
+    y = _gemm_fp8(x_row, x_row_s, w_row.reshape(groups, n, k), w_row_s, m_splits, bias, x.dtype)
+    tags = (jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype), None if bias is None else jnp.zeros((0,), bias.dtype))
+    return y, (x_col, x_col_s, w_col, w_col_s, m_splits, tags)
+
+
+def _grouped_fp8_bwd(qs, res, dy):
+    x_col, x_col_s, w_col, w_col_s, m_splits, (x_tag, w_tag, b_tag) = res
+    groups = m_splits.shape[0]
+    rows, n = dy.shape
+    k = x_col.shape[0] // rows if rows else w_col.shape[0] // (groups * n)
+    d_row, d_row_s, d_col, d_col_s, _ = _grouped_quantize(dy, m_splits, qs.grad_output)
+    dx = _gemm_fp8(d_row, d_row_s, w_col.reshape(groups, k, n), w_col_s, m_splits, None, x_tag.dtype)
+    call = GROUPED_GEMM_WGRAD_FP8.plan(meta(d_col.reshape(n, rows)), meta(d_col_s), meta(x_col.reshape(k, rows)),
+                                       meta(x_col_s), meta(m_splits), out_dtype=dtype_name(w_tag.dtype))
+    dw = ffi(call, [d_col.reshape(n, rows), d_col_s, x_col.reshape(k, rows), x_col_s, m_splits])[0]
+    db = None
+    if b_tag is not None:
+        db = _grouped_wgrad(jnp.ones((1, rows), dy.dtype), dy, m_splits, True, b_tag.dtype).reshape(groups, n)
+    return dx, dw, np.zeros(m_splits.shape, jax.dtypes.float0), db
+
+
+_grouped_fp8.defvjp(_grouped_fp8_fwd, _grouped_fp8_bwd)
+
+
 def grouped_dense(x, kernels, group_sizes, bias=None):
     """y[rows_g] = x[rows_g] · kernels[g] (+ bias[g]) for the G consecutive row blocks of
     ``group_sizes``; jit-, grad-clean, one grouped kernel call per GEMM phase.
@@ -70,15 +120,14 @@ def grouped_dense(x, kernels, group_sizes, bias=None):
         y (..., N).
     Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
     Numerics: exactly ``twinengine.pytorch.grouped_linear`` with weights = kernelsᵀ (each group
-        the bytes of ``twinengine.jax.dense`` on its rows). High precision only.
+        the bytes of ``twinengine.jax.dense`` on its rows), in high precision and inside
+        ``autocast(Float8CurrentScaling)`` (per-expert quantization, CPU only).
     Raises:
         TypeError / ValueError: the shared core checks (as grouped_linear); for concrete CPU
             group_sizes also Σ > rows or a negative size; TypeError inside an autocast region
-            with a recipe.
+            with another recipe.
     """
-    if grouped_quantizers(current_recipe()) is not None:
-        fail("grouped_linear", TypeError, "twinengine.jax.grouped_dense runs in high precision only so far (the "
-             "Float8CurrentScaling grouped path exists in twinengine.pytorch.GroupedLinear)")
+    qs = grouped_quantizers(current_recipe())
     kernels = jnp.asarray(kernels)
     group_sizes = jnp.asarray(group_sizes)
     num_gemms = group_sizes.shape[0] if group_sizes.ndim == 1 else -1
@@ -92,5 +141,6 @@ def grouped_dense(x, kernels, group_sizes, bias=None):
     if not isinstance(splits, jax.core.Tracer) and all(d.platform == "cpu" for d in splits.devices()):
         check_split_values("grouped_linear", np.asarray(splits).tolist(), x2.shape[0])
     w = jnp.transpose(kernels, (0, 2, 1))
-    y = _grouped(x2, w, splits, None if bias is None else jnp.asarray(bias))
+    bias = None if bias is None else jnp.asarray(bias)
+    y = _grouped(x2, w, splits, bias) if qs is None else _grouped_fp8(x2, w, splits, bias, qs)
     return y.reshape(*x.shape[:-1], w.shape[1])

@@ -85,8 +85,33 @@ def test_grouped_dense_rejects_bad_arguments(call, error, match):
         call()
 
 
-def test_grouped_dense_under_a_recipe_raises():
-    with tej.autocast(te.recipe.Float8CurrentScaling()):
-        with pytest.raises(TypeError, match="twinengine.grouped_linear: twinengine.jax.grouped_dense runs in high "
-                                            "precision only"):
-            tej.grouped_dense(jnp.ones((4, 4)), jnp.ones((2, 4, 2)), jnp.asarray([2, 2]))
+def test_grouped_dense_under_an_unsupported_recipe_raises():
+    with tej.autocast(te.recipe.MXFP8BlockScaling()):
+        with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
+                                            "Float8CurrentScaling"):
+            tej.grouped_dense(jnp.ones((64, 32)), jnp.ones((2, 32, 32)), jnp.asarray([32, 32]))
+
+
+@pytest.mark.parametrize("splits", [[5, 3, 20, 4], [0, 0, 28, 0]], ids=str)
+def test_grouped_dense_fp8_current_matches_per_group_dense(splits):
+    recipe = te.recipe.Float8CurrentScaling()
+    x, k, b, dy = _case(splits, "bfloat16", seed=2)
+
+    def grouped(x, k, b):
+        with tej.autocast(recipe):
+            return tej.grouped_dense(x, k, jnp.asarray(splits), b)
+
+    y, vjp = jax.vjp(jax.jit(grouped), x, k, b)
+    dx, dk, db = vjp(dy)
+    off = 0
+    for g, size in enumerate(splits):
+        rows = slice(off, off + size)
+        off += size
+        if size == 0:
+            assert not np.asarray(dk[g]).astype(np.float32).any()
+            continue
+        yg, vjp_g = jax.vjp(lambda x, k, b: tej.dense(x, k, b, recipe=recipe), x[rows], k[g], b[g])
+        dxg, dkg, dbg = vjp_g(dy[rows])
+        for name, got, exp in (("output", y[rows], yg), ("dgrad", dx[rows], dxg), ("wgrad", dk[g], dkg),
+                               ("bias grad", db[g], dbg)):
+            assert_bytes_equal(np.asarray(got), np.asarray(exp), f"{name} {g}")

@@ -10,11 +10,14 @@ import pytest
 import torch
 from helpers import NUMPY_DTYPES, assert_bytes_equal, from_torch, to_torch
 
+import twinengine as te
 import twinengine.jax as tej
 import twinengine.pytorch as tep
 
 
-def test_grouped_linear_torch_and_jax_agree():
+@pytest.mark.parametrize("fp8", [False, True], ids=["high_precision", "fp8_current"])
+def test_grouped_linear_torch_and_jax_agree(fp8):
+    recipe = te.recipe.Float8CurrentScaling() if fp8 else None
     rng = np.random.default_rng(0)
     bf16 = NUMPY_DTYPES["bfloat16"]
     splits = np.array([6, 0, 19, 7], np.int32)
@@ -27,12 +30,16 @@ def test_grouped_linear_torch_and_jax_agree():
         xt = to_torch(x).requires_grad_()
         wt = [to_torch(wg).requires_grad_() for wg in w]
         bt = [to_torch(bg).requires_grad_() for bg in b]
-        y = fn(xt, wt, torch.from_numpy(splits), bt)
+        with tep.autocast(enabled=fp8, recipe=recipe):
+            y = fn(xt, wt, torch.from_numpy(splits), bt)
         y.backward(to_torch(dy))
         results.append([from_torch(y), from_torch(xt.grad), np.stack([from_torch(t.grad) for t in wt]),
                         np.stack([from_torch(t.grad) for t in bt])])
-    y, vjp = jax.vjp(lambda x, k, b: jax.jit(tej.grouped_dense)(x, k, jnp.asarray(splits), b), x,
-                     np.transpose(w, (0, 2, 1)), b)
+    def jax_fn(x, k, s, b):
+        with tej.autocast(recipe, enabled=fp8):
+            return tej.grouped_dense(x, k, s, b)
+
+    y, vjp = jax.vjp(lambda x, k, b: jax.jit(jax_fn)(x, k, jnp.asarray(splits), b), x, np.transpose(w, (0, 2, 1)), b)
     dx, dk, db = vjp(dy)
     results.append([np.asarray(y), np.asarray(dx), np.transpose(np.asarray(dk), (0, 2, 1)), np.asarray(db)])
     for other in results[1:]:
