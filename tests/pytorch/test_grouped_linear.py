@@ -200,6 +200,24 @@ def test_grouped_linear_rows_past_the_splits_are_padding():
     assert not from_torch(y[20:]).any() and not from_torch(x.grad[20:]).any(), "padding rows"
 
 
+def test_grouped_linear_basic_op_fp8_matches_module():
+    torch.manual_seed(1)
+    op = ops.GroupedLinear(3, 32, 16)
+    module = tep.GroupedLinear(3, 32, 16)
+    module.load_state_dict(op.state_dict())
+    x_np = np.random.default_rng(3).standard_normal((40, 32)).astype(np.float32)
+    splits = torch.tensor([8, 0, 32])
+    outs = []
+    for layer in (ops.Sequential(op), module):
+        x = to_torch(x_np).requires_grad_()
+        with tep.autocast(recipe=te.recipe.Float8CurrentScaling()):
+            y = layer(x, splits)
+        y.sum().backward()
+        outs.append([from_torch(y), from_torch(x.grad)] + [from_torch(p.grad) for p in layer.parameters()])
+    for j, (a, b) in enumerate(zip(*outs)):
+        assert_bytes_equal(a, b, f"result {j}")
+
+
 def test_grouped_linear_state_dict_uses_te_names():
     layer = tep.GroupedLinear(3, 8, 4)
     assert sorted(layer.state_dict()) == sorted([f"weight{g}" for g in range(3)] + [f"bias{g}" for g in range(3)])

@@ -168,13 +168,15 @@ def _fp8_setup(ctx, inputs, output):
     ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
 
 
-def _fp8_backward(ctx, grads):
-    dy = grads[0]
-    x_col, x_col_s, w_col, w_col_s, m_splits = ctx.saved_tensors
-    groups, n, k = ctx.shape
-    x_dtype, w_dtype, b_dtype = ctx.dtypes
+def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtypes: tuple
+                 ) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(dx, dweight (G, N, K), dbias or None) of the Float8CurrentScaling path from the saved
+    (x columnwise data, its scales, weight columnwise data, its scales, m_splits)."""
+    x_col, x_col_s, w_col, w_col_s, m_splits = saved
+    groups, n, k = shape
+    x_dtype, w_dtype, b_dtype = dtypes
     rows = dy.shape[0]
-    d_row, d_row_s, d_col, d_col_s, _ = torch.ops.twinengine.grouped_quantize(dy, m_splits, ctx.q_grad)
+    d_row, d_row_s, d_col, d_col_s, _ = torch.ops.twinengine.grouped_quantize(dy, m_splits, q_grad)
     dx = torch.ops.twinengine.grouped_gemm_fp8(d_row, d_row_s, w_col.view(groups, k, n), w_col_s, m_splits, None,
                                                dtype_name(x_dtype))
     dw = torch.ops.twinengine.grouped_gemm_wgrad_fp8(d_col.view(n, rows), d_col_s, x_col.view(k, rows), x_col_s,
@@ -183,6 +185,11 @@ def _fp8_backward(ctx, grads):
     if b_dtype is not None:
         ones = torch.ones(1, rows, dtype=dy.dtype, device=dy.device)
         db = torch.ops.twinengine.grouped_gemm_wgrad(ones, dy, m_splits, True, dtype_name(b_dtype)).reshape(groups, n)
+    return dx, dw, db
+
+
+def _fp8_backward(ctx, grads):
+    dx, dw, db = fp8_backward(grads[0], ctx.saved_tensors, ctx.q_grad, ctx.shape, ctx.dtypes)
     return dx, dw, None, db, None, None, None
 
 

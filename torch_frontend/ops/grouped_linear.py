@@ -11,8 +11,7 @@ import torch
 
 from ...fusion.ops import OpDesc, check_features
 from ...ops.gemm import check_grouped_weights, grouped_quantizers
-from .._ops.grouped_linear import grouped_backward, grouped_fprop, prepare_m_splits
-from ...ops.opdef import fail
+from .._ops.grouped_linear import fp8_backward, grouped_backward, grouped_fprop, prepare_m_splits
 from .op import BasicOperation, OpContext
 
 
@@ -23,10 +22,10 @@ class GroupedLinear(BasicOperation):
     Shapes: weight{g} (out_features, in_features), bias{g} (out_features,) (TE's names);
         x (..., in_features) -> y (..., out_features).
     Numerics: exactly ``twinengine.pytorch.GroupedLinear`` (each group the bytes of a Linear on
-        its rows); m_splits gets no gradient. High precision only.
+        its rows, high precision or Float8CurrentScaling); m_splits gets no gradient.
     Raises:
-        TypeError: inside autocast with a recipe; ValueError / TypeError: core m_splits and
-            weight checks (eagerly on CPU also Σ m_splits ≠ rows, negative splits).
+        TypeError: inside autocast with another recipe; ValueError / TypeError: core m_splits
+            and weight checks (eagerly on CPU also Σ m_splits > rows, negative splits).
     """
 
     num_extra_inputs = 1
@@ -55,26 +54,32 @@ class GroupedLinear(BasicOperation):
         return OpDesc("user", "GroupedLinear")
 
     def op_call(self, recipe):
-        if grouped_quantizers(recipe) is not None:
-            fail("grouped_linear", TypeError, "ops.GroupedLinear runs in high precision only (use "
-                 "twinengine.pytorch.GroupedLinear for Float8CurrentScaling)")
-        return {}, {}
+        return {"quantizers": grouped_quantizers(recipe)}, {}
 
-    def op_forward_compute(self, x, params, *, extra_inputs=()):
+    def op_forward_compute(self, x, params, *, quantizers=None, extra_inputs=()):
         (m_splits,) = extra_inputs
         g = self.num_gemms
         weight = torch.stack(params[:g])
         bias = torch.stack(params[g:]) if self.use_bias else None
         x2 = x.reshape(-1, x.shape[-1])
         splits = prepare_m_splits("grouped_linear", m_splits, g, x2.shape[0], x.device)
-        y = grouped_fprop(x2, weight, splits, bias)
-        saved = {"x": x2, "weight": weight, "m_splits": splits, "lead": tuple(x.shape[:-1]),
-                 "bias_dtype": None if bias is None else bias.dtype}
+        saved = {"lead": tuple(x.shape[:-1]), "bias_dtype": None if bias is None else bias.dtype, "qs": quantizers}
+        if quantizers is None:
+            y = grouped_fprop(x2, weight, splits, bias)
+            saved.update(x=x2, weight=weight, m_splits=splits)
+        else:
+            y, *copies = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, quantizers.input,
+                                                                 quantizers.weight, quantizers.grad_output)
+            saved.update(copies=(*copies, splits), shape=tuple(weight.shape),
+                         dtypes=(x.dtype, weight.dtype, saved["bias_dtype"]))
         return y.reshape(*x.shape[:-1], self.out_features), saved
 
     def op_backward(self, ctx: OpContext, dy):
         s = ctx.saved
-        dx, dw, db = grouped_backward(dy.reshape(-1, dy.shape[-1]), s["x"], s["weight"], s["m_splits"],
-                                      s["bias_dtype"])
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        if s["qs"] is None:
+            dx, dw, db = grouped_backward(dy2, s["x"], s["weight"], s["m_splits"], s["bias_dtype"])
+        else:
+            dx, dw, db = fp8_backward(dy2, s["copies"], s["qs"].grad_output, s["shape"], s["dtypes"])
         dparams = tuple(dw.unbind(0)) + (tuple(db.unbind(0)) if db is not None else ())
         return (dx.reshape(*s["lead"], self.in_features), (None,)), dparams
