@@ -249,10 +249,12 @@ def grouped_quantizers(recipe: Any) -> Any:
     from ..linear import linear_quantizers
 
     qs = linear_quantizers(recipe)
-    if any(q.scaling_mode != "fp8_current" for q in (qs.input, qs.weight, qs.grad_output)):
-        fail(_GROUPED, TypeError, "GroupedLinear runs in high precision or with Float8CurrentScaling; quantized grouped "
-             f"GEMMs for {type(recipe).__name__} are not implemented yet: call it outside autocast or in "
-             "autocast(enabled=False)")
+    roles = (qs.input, qs.weight, qs.grad_output)
+    if any(q.scaling_mode not in ("fp8_current", "mxfp8") or getattr(q, "with_2d_quantization", False)
+           for q in roles):
+        fail(_GROUPED, TypeError, "GroupedLinear runs in high precision or with Float8CurrentScaling or "
+             f"MXFP8BlockScaling; quantized grouped GEMMs for {type(recipe).__name__} are not implemented yet: call it "
+             "outside autocast or in autocast(enabled=False)")
     return qs
 
 
@@ -261,19 +263,24 @@ def _check_fp8(name: str, x: ArrayMeta, rank: int) -> None:
         fail(_GROUPED, TypeError, f"{name} must be FP8 data of rank {rank}, got {x.dtype} {tuple(x.shape)}")
 
 
-def _check_group_scales(name: str, scale: ArrayMeta, groups: Any) -> None:
+def _check_group_scales(name: str, scale: ArrayMeta, groups: Any, scaling_mode: str = "fp8_current") -> None:
+    if scaling_mode == "mxfp8":
+        if scale.dtype != "uint8" or len(scale.shape) != 2:
+            fail(_GROUPED, ValueError, f"{name} must be 2-D uint8 MXFP8 scales, got {scale.dtype} {tuple(scale.shape)}")
+        return
     if scale.dtype != "float32" or tuple(scale.shape) != (groups,):
         fail(_GROUPED, ValueError, f"{name} must be float32 of shape ({groups},), got {scale.dtype} {tuple(scale.shape)}")
 
 
 def _validate_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
-                          m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, out_dtype: str = "float32") -> None:
+                          m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, scaling_mode: str = "fp8_current",
+                          b_k_major: bool = True, out_dtype: str = "float32") -> None:
     _check_fp8("a", a, 2)
     _check_fp8("b", b, 3)
     check_m_splits(m_splits, b.shape[0])
-    _check_group_scales("a_scale_inv", a_scale_inv, b.shape[0])
-    _check_group_scales("b_scale_inv", b_scale_inv, b.shape[0])
-    if a.shape[1] != b.shape[2]:
+    _check_group_scales("a_scale_inv", a_scale_inv, b.shape[0], scaling_mode)
+    _check_group_scales("b_scale_inv", b_scale_inv, b.shape[0], scaling_mode)
+    if a.shape[1] != (b.shape[2] if b_k_major else b.shape[1]):
         fail(_GROUPED, ValueError, f"a {tuple(a.shape)} and b {tuple(b.shape)} disagree on K")
     if out_dtype not in HIGH_PRECISION:
         fail(_GROUPED, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
@@ -284,16 +291,18 @@ def _validate_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_
 
 
 def _infer_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
-                       m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, out_dtype: str = "float32") -> KernelCall:
+                       m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, scaling_mode: str = "fp8_current",
+                       b_k_major: bool = True, out_dtype: str = "float32") -> KernelCall:
     inputs = ("a", "a_scale_inv", "b", "b_scale_inv", "m_splits") + (("bias",) if bias is not None else ())
-    return KernelCall("grouped_gemm", inputs, (TensorSpec("out", (a.shape[0], b.shape[1]), out_dtype),),
-                      (("scaling", _SCALING_CODES["fp8_current"]), ("a_k_major", 1), ("b_k_major", 1)))
+    n = b.shape[1] if b_k_major else b.shape[2]
+    return KernelCall("grouped_gemm", inputs, (TensorSpec("out", (a.shape[0], n), out_dtype),),
+                      (("scaling", _SCALING_CODES[scaling_mode]), ("a_k_major", 1), ("b_k_major", int(b_k_major))))
 
 
 GROUPED_GEMM_FP8 = OpDef(
     name="grouped_gemm_fp8",
     args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits", "bias"),
-    attrs=("out_dtype",),
+    attrs=("scaling_mode", "b_k_major", "out_dtype"),
     validate=_validate_grouped_fp8,
     infer=_infer_grouped_fp8,
 )
@@ -307,30 +316,36 @@ Numerics: each group exactly ``gemm`` of the per-tensor FP8 operands (NUMERICS.m
 
 
 def _validate_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
-                                m_splits: ArrayMeta, *, out_dtype: str = "float32") -> None:
+                                m_splits: ArrayMeta, *, scaling_mode: str = "fp8_current",
+                                out_dtype: str = "float32") -> None:
     _check_fp8("a", a, 2)
     _check_fp8("b", b, 2)
     if not isinstance(m_splits, ArrayMeta) or m_splits.dtype != "int32" or len(m_splits.shape) != 1:
         check_m_splits(m_splits, -1)
-    _check_group_scales("a_scale_inv", a_scale_inv, m_splits.shape[0])
-    _check_group_scales("b_scale_inv", b_scale_inv, m_splits.shape[0])
-    if a.shape[1] != b.shape[1]:
+    _check_group_scales("a_scale_inv", a_scale_inv, m_splits.shape[0], scaling_mode)
+    _check_group_scales("b_scale_inv", b_scale_inv, m_splits.shape[0], scaling_mode)
+    transposed = _COLUMNWISE_TRANSPOSED[scaling_mode]
+    if (a.shape[1] if transposed else a.shape[0]) != (b.shape[1] if transposed else b.shape[0]):
         fail(_GROUPED, ValueError, f"a {tuple(a.shape)} and b {tuple(b.shape)} disagree on the rows M")
     if out_dtype not in HIGH_PRECISION:
         fail(_GROUPED, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
 
 
 def _infer_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
-                             m_splits: ArrayMeta, *, out_dtype: str = "float32") -> KernelCall:
+                             m_splits: ArrayMeta, *, scaling_mode: str = "fp8_current",
+                             out_dtype: str = "float32") -> KernelCall:
+    transposed = _COLUMNWISE_TRANSPOSED[scaling_mode]
+    n, k = (a.shape[0], b.shape[0]) if transposed else (a.shape[1], b.shape[1])
     return KernelCall("grouped_gemm_wgrad", ("a", "a_scale_inv", "b", "b_scale_inv", "m_splits"),
-                      (TensorSpec("out", (m_splits.shape[0], a.shape[0], b.shape[0]), out_dtype),),
-                      (("scaling", _SCALING_CODES["fp8_current"]), ("a_k_major", 1), ("b_k_major", 1)))
+                      (TensorSpec("out", (m_splits.shape[0], n, k), out_dtype),),
+                      (("scaling", _SCALING_CODES[scaling_mode]), ("a_k_major", int(transposed)),
+                       ("b_k_major", int(transposed))))
 
 
 GROUPED_GEMM_WGRAD_FP8 = OpDef(
     name="grouped_gemm_wgrad_fp8",
     args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits"),
-    attrs=("out_dtype",),
+    attrs=("scaling_mode", "out_dtype"),
     validate=_validate_grouped_wgrad_fp8,
     infer=_infer_grouped_wgrad_fp8,
 )

@@ -93,11 +93,11 @@ TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_sc
   if (!params) return fail(kTweInvalidArgument, "params must not be NULL");
   if (!out) return fail(kTweInvalidArgument, "out is missing");
   const TweDevice dev = out->device;
-  const bool fp8 = params->scaling == kTweGemmFP8PerTensor;
+  const bool fp8 = params->scaling == kTweGemmFP8PerTensor || params->scaling == kTweGemmMXFP8;
   if (!fp8 && params->scaling != kTweGemmHighPrecision) {
-    return fail(kTweInvalidArgument, "grouped GEMMs take high-precision or per-tensor FP8 operands");
+    return fail(kTweInvalidArgument, "grouped GEMMs take high-precision, per-tensor FP8 or MXFP8 operands");
   }
-  if (fp8 && dev != kTweCPU) return fail(kTweInvalidArgument, "per-tensor FP8 grouped GEMMs run on the CPU only");
+  if (fp8 && dev != kTweCPU) return fail(kTweInvalidArgument, "quantized grouped GEMMs run on the CPU only");
   if (!is_high_precision(out->dtype)) {
     return fail(kTweInvalidArgument, std::string("out must be float32, bfloat16 or float16, got ") +
                                          dtype_name(out->dtype));
@@ -111,9 +111,15 @@ TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_sc
   if (st) return st;
   if ((st = check_hp_view(b, "b", ragged_k ? 2 : 3, dev, fp8))) return st;
   if ((st = check_hp_view(out, "out", ragged_k ? 3 : 2, dev))) return st;
-  if (fp8) {
+  if (params->scaling == kTweGemmFP8PerTensor) {
     if ((st = check_view(a_scale_inv, "a scale_inv", kTweFloat32, -1, groups, dev))) return st;
     if ((st = check_view(b_scale_inv, "b scale_inv", kTweFloat32, -1, groups, dev))) return st;
+  } else if (params->scaling == kTweGemmMXFP8) {
+    for (const TweTensorView* s : {a_scale_inv, b_scale_inv}) {
+      if (!s || !s->data || s->dtype != kTweUInt8 || s->ndim != 2 || s->device != dev) {
+        return fail(kTweInvalidArgument, "MXFP8 grouped GEMM scales must be 2-D uint8 arrays on out's device");
+      }
+    }
   }
   int64_t m, n, k;
   if (!ragged_k) {

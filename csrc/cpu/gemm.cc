@@ -300,6 +300,26 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
     if (args.scaling == kTweGemmFP8PerTensor) {
       a.scale_inv = sub_view(*args.a_scale_inv, g, 1, 1);
       b.scale_inv = sub_view(*args.b_scale_inv, g, 1, 1);
+    } else if (args.scaling == kTweGemmMXFP8) {
+      // Rowwise (K-major) copies: roundup(m, 128) scale rows per group; columnwise copies:
+      // roundup(m / 32, 4). Activations' m is the group's rows, the weights' m is N.
+      auto region = [&](const TweTensorView& scales, bool k_major, const int32_t* sizes, int64_t uniform) {
+        int64_t row = 0;
+        for (int64_t j = 0; j < g; ++j) {
+          const int64_t m = sizes ? std::max<int32_t>(sizes[j], 0) : uniform;
+          row += k_major ? round_up(m, 128) : round_up(m / 32, 4);
+        }
+        const int64_t m = sizes ? std::max<int32_t>(sizes[g], 0) : uniform;
+        const int64_t stride = scales.shape[scales.ndim - 1];
+        return sub_view(scales, row * stride, k_major ? round_up(m, 128) : round_up(m / 32, 4), stride);
+      };
+      if (!args.ragged_k) {
+        a.scale_inv = region(*args.a_scale_inv, true, splits, 0);
+        b.scale_inv = region(*args.b_scale_inv, args.b_k_major, nullptr, args.b_k_major ? n : k);
+      } else {
+        a.scale_inv = region(*args.a_scale_inv, false, splits, 0);
+        b.scale_inv = region(*args.b_scale_inv, false, splits, 0);
+      }
     }
     if (!args.ragged_k) {
       if (rows == 0) continue;

@@ -70,9 +70,9 @@ def _grouped_quantize(x, m_splits, quantizer):
     return ffi(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), quantizer), [x, m_splits])
 
 
-def _gemm_fp8(a, a_s, b, b_s, m_splits, bias, out_dtype):
-    call = GROUPED_GEMM_FP8.plan(meta(a), meta(a_s), meta(b), meta(b_s), meta(m_splits), meta(bias),
-                                 out_dtype=dtype_name(out_dtype))
+def _gemm_fp8(a, a_s, b, b_s, m_splits, bias, mode, b_k_major, out_dtype):
+    call = GROUPED_GEMM_FP8.plan(meta(a), meta(a_s), meta(b), meta(b_s), meta(m_splits), meta(bias), scaling_mode=mode,
+                                 b_k_major=b_k_major, out_dtype=dtype_name(out_dtype))
     arrays = {"a": a, "a_scale_inv": a_s, "b": b, "b_scale_inv": b_s, "m_splits": m_splits, "bias": bias}
     return ffi(call, [arrays[name] for name in call.inputs])[0]
 
@@ -84,10 +84,11 @@ def _grouped_fp8(x, w, m_splits, bias, qs):
 
 def _grouped_fp8_fwd(x, w, m_splits, bias, qs):
     groups, n, k = w.shape
-    x_row, x_row_s, x_col, x_col_s, _ = _grouped_quantize(x, m_splits, qs.input)
-    w_row, w_row_s, w_col, w_col_s, _ = _grouped_quantize(w.reshape(groups * n, k),
-                                                          jnp.full((groups,), n, jnp.int32), qs.weight)
-    y = _gemm_fp8(x_row, x_row_s, w_row.reshape(groups, n, k), w_row_s, m_splits, bias, x.dtype)
+    x_row, x_row_s, x_col, x_col_s = _grouped_quantize(x, m_splits, qs.input)[:4]
+    w_row, w_row_s, w_col, w_col_s = _grouped_quantize(w.reshape(groups * n, k), jnp.full((groups,), n, jnp.int32),
+                                                       qs.weight)[:4]
+    y = _gemm_fp8(x_row, x_row_s, w_row.reshape(groups, n, k), w_row_s, m_splits, bias, qs.input.scaling_mode, True,
+                  x.dtype)
     tags = (jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype), None if bias is None else jnp.zeros((0,), bias.dtype))
     return y, (x_col, x_col_s, w_col, w_col_s, m_splits, tags)
 
@@ -96,12 +97,17 @@ def _grouped_fp8_bwd(qs, res, dy):
     x_col, x_col_s, w_col, w_col_s, m_splits, (x_tag, w_tag, b_tag) = res
     groups = m_splits.shape[0]
     rows, n = dy.shape
-    k = x_col.shape[0] // rows if rows else w_col.shape[0] // (groups * n)
-    d_row, d_row_s, d_col, d_col_s, _ = _grouped_quantize(dy, m_splits, qs.grad_output)
-    dx = _gemm_fp8(d_row, d_row_s, w_col.reshape(groups, k, n), w_col_s, m_splits, None, x_tag.dtype)
-    call = GROUPED_GEMM_WGRAD_FP8.plan(meta(d_col.reshape(n, rows)), meta(d_col_s), meta(x_col.reshape(k, rows)),
-                                       meta(x_col_s), meta(m_splits), out_dtype=dtype_name(w_tag.dtype))
-    dw = ffi(call, [d_col.reshape(n, rows), d_col_s, x_col.reshape(k, rows), x_col_s, m_splits])[0]
+    k = w_col.size // (groups * n)
+    mode = qs.grad_output.scaling_mode
+    d_row, d_row_s, d_col, d_col_s = _grouped_quantize(dy, m_splits, qs.grad_output)[:4]
+    if mode == "mxfp8":  # columnwise copies keep the (rows, cols) layout
+        w_b, d_a, x_b = w_col.reshape(groups, n, k), d_col, x_col
+    else:  # per-tensor FP8: transposed copies, block after block
+        w_b, d_a, x_b = w_col.reshape(groups, k, n), d_col.reshape(n, rows), x_col.reshape(k, rows)
+    dx = _gemm_fp8(d_row, d_row_s, w_b, w_col_s, m_splits, None, mode, mode != "mxfp8", x_tag.dtype)
+    call = GROUPED_GEMM_WGRAD_FP8.plan(meta(d_a), meta(d_col_s), meta(x_b), meta(x_col_s), meta(m_splits),
+                                       scaling_mode=mode, out_dtype=dtype_name(w_tag.dtype))
+    dw = ffi(call, [d_a, d_col_s, x_b, x_col_s, m_splits])[0]
     db = None
     if b_tag is not None:
         db = _grouped_wgrad(jnp.ones((1, rows), dy.dtype), dy, m_splits, True, b_tag.dtype).reshape(groups, n)
@@ -121,7 +127,8 @@ def grouped_dense(x, kernels, group_sizes, bias=None):
     Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
     Numerics: exactly ``twinengine.pytorch.grouped_linear`` with weights = kernelsᵀ (each group
         the bytes of ``twinengine.jax.dense`` on its rows), in high precision and inside
-        ``autocast(Float8CurrentScaling)`` (per-expert quantization, CPU only).
+        ``autocast(Float8CurrentScaling | MXFP8BlockScaling)`` (per-expert quantization, CPU
+        only; MXFP8 needs every group size a multiple of 32).
     Raises:
         TypeError / ValueError: the shared core checks (as grouped_linear); for concrete CPU
             group_sizes also Σ > rows or a negative size; TypeError inside an autocast region

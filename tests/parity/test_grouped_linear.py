@@ -15,16 +15,17 @@ import twinengine.jax as tej
 import twinengine.pytorch as tep
 
 
-@pytest.mark.parametrize("fp8", [False, True], ids=["high_precision", "fp8_current"])
-def test_grouped_linear_torch_and_jax_agree(fp8):
-    recipe = te.recipe.Float8CurrentScaling() if fp8 else None
+@pytest.mark.parametrize("recipe_name", [None, "Float8CurrentScaling", "MXFP8BlockScaling"], ids=str)
+def test_grouped_linear_torch_and_jax_agree(recipe_name):
+    fp8 = recipe_name is not None
+    recipe = getattr(te.recipe, recipe_name)() if fp8 else None
     rng = np.random.default_rng(0)
     bf16 = NUMPY_DTYPES["bfloat16"]
-    splits = np.array([6, 0, 19, 7], np.int32)
-    x = rng.standard_normal((32, 40)).astype(np.float32).astype(bf16)
-    w = (rng.standard_normal((4, 24, 40)) * 0.2).astype(np.float32).astype(bf16)
-    b = rng.standard_normal((4, 24)).astype(np.float32).astype(bf16)
-    dy = rng.standard_normal((32, 24)).astype(np.float32).astype(bf16)
+    splits = np.array([32, 0, 64, 32], np.int32)
+    x = rng.standard_normal((128, 64)).astype(np.float32).astype(bf16)
+    w = (rng.standard_normal((4, 32, 64)) * 0.2).astype(np.float32).astype(bf16)
+    b = rng.standard_normal((4, 32)).astype(np.float32).astype(bf16)
+    dy = rng.standard_normal((128, 32)).astype(np.float32).astype(bf16)
     results = []
     for fn in (tep.grouped_linear, torch.compile(tep.grouped_linear, fullgraph=True)):
         xt = to_torch(x).requires_grad_()

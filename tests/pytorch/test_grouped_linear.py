@@ -81,11 +81,16 @@ def test_grouped_linear_matches_per_expert_linear(splits, dtype, bias):
             assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), exp_db[g], f"bias grad expert {g}")
 
 
+QUANTIZED = [("Float8CurrentScaling", [5, 3, 20, 4]), ("Float8CurrentScaling", [0, 0, 28, 0]),
+             ("Float8CurrentScaling", [1, 13, 0, 14]), ("MXFP8BlockScaling", [32, 0, 64, 32]),
+             ("MXFP8BlockScaling", [0, 0, 96, 0])]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("splits", [[5, 3, 20, 4], [0, 0, 28, 0], [1, 13, 0, 14]], ids=str)
-def test_grouped_linear_fp8_current_matches_per_expert_linear(splits, dtype):
-    recipe = te.recipe.Float8CurrentScaling()
-    x_np, w, b, dy = _case(splits, dtype, True, seed=7)
+@pytest.mark.parametrize("recipe_name, splits", QUANTIZED, ids=str)
+def test_grouped_linear_quantized_matches_per_expert_linear(recipe_name, splits, dtype):
+    recipe = getattr(te.recipe, recipe_name)()
+    x_np, w, b, dy = _case(splits, dtype, True, seed=7, K=64, N=32)
     torch_dtype = getattr(torch, dtype)
     layer = tep.GroupedLinear(len(splits), w.shape[2], w.shape[1], params_dtype=torch_dtype)
     with torch.no_grad():
@@ -241,10 +246,16 @@ def test_grouped_linear_rejects_bad_arguments(call, error, match):
 
 
 def test_grouped_linear_under_an_unsupported_recipe_raises():
-    with tep.autocast(recipe=te.recipe.MXFP8BlockScaling()):
+    with tep.autocast(recipe=te.recipe.Float8BlockScaling()):
         with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
-                                            "Float8CurrentScaling"):
-            tep.GroupedLinear(2, 32, 32)(torch.ones(64, 32), torch.tensor([32, 32]))
+                                            "Float8CurrentScaling or MXFP8BlockScaling"):
+            tep.GroupedLinear(2, 128, 128)(torch.ones(256, 128), torch.tensor([128, 128]))
+
+
+def test_grouped_linear_mxfp8_needs_aligned_splits():
+    with tep.autocast(recipe=te.recipe.MXFP8BlockScaling()):
+        with pytest.raises(ValueError, match="multiple of 32 \\(pad the blocks: align_size=32\\), got 16"):
+            tep.GroupedLinear(2, 32, 32)(torch.ones(64, 32), torch.tensor([16, 48]))
 
 
 def test_grouped_kernels_pass_opcheck():

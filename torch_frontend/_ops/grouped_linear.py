@@ -112,32 +112,33 @@ def _(x, m_splits, quantizer):
 
 @torch.library.custom_op("twinengine::grouped_gemm_fp8", mutates_args=())
 def _grouped_gemm_fp8(a: Tensor, a_scale_inv: Tensor, b: Tensor, b_scale_inv: Tensor, m_splits: Tensor,
-                      bias: Tensor | None, out_dtype: str) -> Tensor:
+                      bias: Tensor | None, scaling_mode: str, b_k_major: bool, out_dtype: str) -> Tensor:
     args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias))
-    call = GROUPED_GEMM_FP8.plan(*args, out_dtype=out_dtype)
+    call = GROUPED_GEMM_FP8.plan(*args, scaling_mode=scaling_mode, b_k_major=b_k_major, out_dtype=out_dtype)
     arrays = {"a": a, "a_scale_inv": a_scale_inv, "b": b, "b_scale_inv": b_scale_inv, "m_splits": m_splits,
               "bias": bias}
     return launch(call, [arrays[name] for name in call.inputs], a.device)[0]
 
 
 @_grouped_gemm_fp8.register_fake
-def _(a, a_scale_inv, b, b_scale_inv, m_splits, bias, out_dtype):
+def _(a, a_scale_inv, b, b_scale_inv, m_splits, bias, scaling_mode, b_k_major, out_dtype):
     args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias))
-    return empty_outputs(GROUPED_GEMM_FP8.plan(*args, out_dtype=out_dtype), a.device)[0]
+    call = GROUPED_GEMM_FP8.plan(*args, scaling_mode=scaling_mode, b_k_major=b_k_major, out_dtype=out_dtype)
+    return empty_outputs(call, a.device)[0]
 
 
 @torch.library.custom_op("twinengine::grouped_gemm_wgrad_fp8", mutates_args=())
 def _grouped_gemm_wgrad_fp8(a: Tensor, a_scale_inv: Tensor, b: Tensor, b_scale_inv: Tensor, m_splits: Tensor,
-                            out_dtype: str) -> Tensor:
+                            scaling_mode: str, out_dtype: str) -> Tensor:
     call = GROUPED_GEMM_WGRAD_FP8.plan(meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits),
-                                       out_dtype=out_dtype)
+                                       scaling_mode=scaling_mode, out_dtype=out_dtype)
     return launch(call, [a, a_scale_inv, b, b_scale_inv, m_splits], a.device)[0]
 
 
 @_grouped_gemm_wgrad_fp8.register_fake
-def _(a, a_scale_inv, b, b_scale_inv, m_splits, out_dtype):
+def _(a, a_scale_inv, b, b_scale_inv, m_splits, scaling_mode, out_dtype):
     call = GROUPED_GEMM_WGRAD_FP8.plan(meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits),
-                                       out_dtype=out_dtype)
+                                       scaling_mode=scaling_mode, out_dtype=out_dtype)
     return empty_outputs(call, a.device)[0]
 
 
@@ -146,12 +147,12 @@ def _grouped_linear_fp8_body(x: Tensor, weight: Tensor, m_splits: Tensor, bias: 
     """[y, x columnwise data, its scales, weight columnwise data, its scales] (the copies the
     backward needs are outputs, so the context saves them)."""
     groups, n, k = weight.shape
-    x_row, x_row_s, x_col, x_col_s, _ = torch.ops.twinengine.grouped_quantize(x, m_splits, q_input)
+    x_row, x_row_s, x_col, x_col_s = torch.ops.twinengine.grouped_quantize(x, m_splits, q_input)[:4]
     w_splits = torch.full((groups,), n, dtype=torch.int32, device=x.device)
-    w_row, w_row_s, w_col, w_col_s, _ = torch.ops.twinengine.grouped_quantize(weight.reshape(groups * n, k),
-                                                                              w_splits, q_weight)
+    w_row, w_row_s, w_col, w_col_s = torch.ops.twinengine.grouped_quantize(weight.reshape(groups * n, k), w_splits,
+                                                                           q_weight)[:4]
     y = torch.ops.twinengine.grouped_gemm_fp8(x_row, x_row_s, w_row.view(groups, n, k), w_row_s, m_splits, bias,
-                                              dtype_name(x.dtype))
+                                              q_input.scaling_mode, True, dtype_name(x.dtype))
     return [y, x_col, x_col_s, w_col, w_col_s]
 
 
@@ -176,11 +177,15 @@ def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtyp
     groups, n, k = shape
     x_dtype, w_dtype, b_dtype = dtypes
     rows = dy.shape[0]
-    d_row, d_row_s, d_col, d_col_s, _ = torch.ops.twinengine.grouped_quantize(dy, m_splits, q_grad)
-    dx = torch.ops.twinengine.grouped_gemm_fp8(d_row, d_row_s, w_col.view(groups, k, n), w_col_s, m_splits, None,
+    mode = q_grad.scaling_mode
+    d_row, d_row_s, d_col, d_col_s = torch.ops.twinengine.grouped_quantize(dy, m_splits, q_grad)[:4]
+    if mode == "mxfp8":  # columnwise copies keep the (rows, cols) layout
+        w_b, d_a, x_b = w_col.view(groups, n, k), d_col, x_col
+    else:  # per-tensor FP8: transposed copies, block after block
+        w_b, d_a, x_b = w_col.view(groups, k, n), d_col.view(n, rows), x_col.view(k, rows)
+    dx = torch.ops.twinengine.grouped_gemm_fp8(d_row, d_row_s, w_b, w_col_s, m_splits, None, mode, mode != "mxfp8",
                                                dtype_name(x_dtype))
-    dw = torch.ops.twinengine.grouped_gemm_wgrad_fp8(d_col.view(n, rows), d_col_s, x_col.view(k, rows), x_col_s,
-                                                     m_splits, dtype_name(w_dtype))
+    dw = torch.ops.twinengine.grouped_gemm_wgrad_fp8(d_a, d_col_s, x_b, x_col_s, m_splits, mode, dtype_name(w_dtype))
     db = None
     if b_dtype is not None:
         ones = torch.ones(1, rows, dtype=dy.dtype, device=dy.device)
@@ -222,9 +227,10 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
     Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
     Numerics: each group's rows give exactly the bytes of ``twinengine.pytorch.linear`` on
         those rows with that group's weight (output, dx, dweight, dbias); empty groups give
-        zero weight gradients. Inside ``autocast(Float8CurrentScaling)`` each expert's input
-        rows, weight and gradient rows are quantized on their own (per-tensor scales per
-        expert; CPU only), again exactly the per-expert Linear's bytes.
+        zero weight gradients. Inside ``autocast(Float8CurrentScaling | MXFP8BlockScaling)``
+        each expert's input rows, weight and gradient rows are quantized on their own
+        (per-tensor scales per expert, MXFP8 blocks per expert; CPU only; MXFP8 needs every
+        split a multiple of 32), again exactly the per-expert Linear's bytes.
     Raises:
         TypeError / ValueError: from core — wrong number of weights/biases, m_splits not a 1-D
             int tensor of G entries, shapes; eagerly on CPU also Σ m_splits > rows or a negative

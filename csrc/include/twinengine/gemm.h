@@ -73,7 +73,9 @@ TweStatus twe_gemm(const TweGemmOperand* a, const TweGemmOperand* b, const TweTe
 
 /*! \brief Parameters of a grouped GEMM. */
 typedef struct {
-  TweGemmScaling scaling; /*!< kTweGemmHighPrecision, or kTweGemmFP8PerTensor (one scale_inv per group, CPU) */
+  TweGemmScaling scaling; /*!< kTweGemmHighPrecision; kTweGemmFP8PerTensor (one scale_inv per group) or
+                               kTweGemmMXFP8 (each group's scales in its own region, as
+                               twe_grouped_quantize_mxfp8 lays them out; weights: m_g = N), CPU only */
   int32_t a_k_major; /*!< grouped_gemm: 1 (A is (M, K)); wgrad: 0 for A stored (M, N), 1 for A held as
                           per-group K-major blocks (N, m_g) one after another, passed as (N, M) */
   int32_t b_k_major; /*!< grouped_gemm: 1 for B (G, N, K), 0 for B (G, K, N); wgrad: 0 for B stored (M, K),
