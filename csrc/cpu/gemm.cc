@@ -268,16 +268,6 @@ TweStatus gemm(const GemmArgs& args) {
 
 namespace {
 
-/*! A 2-D view of `rows` × `cols` elements starting `offset` elements into v. */
-TweTensorView sub_view(const TweTensorView& v, int64_t offset, int64_t rows, int64_t cols) {
-  TweTensorView s = v;
-  s.data = static_cast<char*>(v.data) + offset * element_size(v.dtype);
-  s.ndim = 2;
-  s.shape[0] = rows;
-  s.shape[1] = cols;
-  return s;
-}
-
 void zero_elements(const TweTensorView& v, int64_t offset, int64_t count) {
   if (count > 0) std::memset(static_cast<char*>(v.data) + offset * element_size(v.dtype), 0,
                              static_cast<size_t>(count * element_size(v.dtype)));
@@ -298,8 +288,8 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
     TweTensorView out, bias;
     GemmArgs call{&a, &b, nullptr, &out, args.scaling, 0, n, 0, args.stream};
     if (args.scaling == kTweGemmFP8PerTensor) {
-      a.scale_inv = sub_view(*args.a_scale_inv, g, 1, 1);
-      b.scale_inv = sub_view(*args.b_scale_inv, g, 1, 1);
+      a.scale_inv = view_2d(*args.a_scale_inv, g, 1, 1);
+      b.scale_inv = view_2d(*args.b_scale_inv, g, 1, 1);
     } else if (args.scaling == kTweGemmMXFP8) {
       // Rowwise (K-major) copies: roundup(m, 128) scale rows per group; columnwise copies:
       // roundup(m / 32, 4). Activations' m is the group's rows, the weights' m is N.
@@ -311,7 +301,7 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
         }
         const int64_t m = sizes ? std::max<int32_t>(sizes[g], 0) : uniform;
         const int64_t stride = scales.shape[scales.ndim - 1];
-        return sub_view(scales, row * stride, k_major ? round_up(m, 128) : round_up(m / 32, 4), stride);
+        return view_2d(scales, row * stride, k_major ? round_up(m, 128) : round_up(m / 32, 4), stride);
       };
       if (!args.ragged_k) {
         a.scale_inv = region(*args.a_scale_inv, true, splits, 0);
@@ -323,26 +313,26 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
     }
     if (!args.ragged_k) {
       if (rows == 0) continue;
-      a.data = sub_view(*args.a, begin * k, rows, k);
+      a.data = view_2d(*args.a, begin * k, rows, k);
       a.k_major = 1;
-      b.data = args.b_k_major ? sub_view(*args.b, g * n * k, n, k) : sub_view(*args.b, g * n * k, k, n);
+      b.data = args.b_k_major ? view_2d(*args.b, g * n * k, n, k) : view_2d(*args.b, g * n * k, k, n);
       b.k_major = args.b_k_major;
-      out = sub_view(*args.out, begin * n, rows, n);
+      out = view_2d(*args.out, begin * n, rows, n);
       if (args.bias) {
-        bias = sub_view(*args.bias, g * n, 1, n);
+        bias = view_2d(*args.bias, g * n, 1, n);
         call.bias = &bias;
       }
       call.m = rows;
       call.k = k;
     } else {
-      out = sub_view(*args.out, g * n * k, n, k);
+      out = view_2d(*args.out, g * n * k, n, k);
       if (rows == 0) {
         zero_elements(*args.out, g * n * k, n * k);
         continue;
       }
-      a.data = args.a_k_major ? sub_view(*args.a, begin * n, n, rows) : sub_view(*args.a, begin * n, rows, n);
+      a.data = args.a_k_major ? view_2d(*args.a, begin * n, n, rows) : view_2d(*args.a, begin * n, rows, n);
       a.k_major = args.a_k_major;
-      b.data = args.b_k_major ? sub_view(*args.b, begin * k, k, rows) : sub_view(*args.b, begin * k, rows, k);
+      b.data = args.b_k_major ? view_2d(*args.b, begin * k, k, rows) : view_2d(*args.b, begin * k, rows, k);
       b.k_major = args.b_k_major;
       call.m = n;
       call.n = k;

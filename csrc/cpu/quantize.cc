@@ -488,12 +488,7 @@ TweStatus grouped_quantize_fp8_current(const QuantizeArgs& a, const TweTensorVie
   const TweQuantizedTensor& o = *a.output;
   const int64_t k = a.cols;
   auto block = [](const TweTensorView& v, int64_t offset, int64_t rows, int64_t cols) {
-    TweTensorView s = v;
-    s.data = static_cast<char*>(v.data) + offset * element_size(v.dtype);
-    s.ndim = 2;
-    s.shape[0] = rows;
-    s.shape[1] = cols;
-    return s;
+    return view_2d(v, offset, rows, cols);
   };
   int64_t start = 0;
   for (int64_t g = 0; g < m_splits.shape[0]; ++g) {
@@ -520,13 +515,8 @@ TweStatus grouped_quantize_mxfp8(const QuantizeArgs& a, const TweTensorView& m_s
   const TweQuantizedTensor& o = *a.output;
   const int64_t k = a.cols;
   auto block = [](const TweTensorView& v, int64_t row, int64_t rows) {
-    TweTensorView s = v;
     const int64_t cols = v.shape[v.ndim - 1];
-    s.data = static_cast<char*>(v.data) + row * cols * element_size(v.dtype);
-    s.ndim = 2;
-    s.shape[0] = rows;
-    s.shape[1] = cols;
-    return s;
+    return view_2d(v, row * cols, rows, cols);
   };
   int64_t start = 0, row_scales = 0, col_scales = 0;
   for (int64_t g = 0; g < m_splits.shape[0]; ++g) {

@@ -62,6 +62,18 @@ inline int64_t element_size(TweDType d) {
   }
 }
 
+/*! A 2-D (rows, cols) view of the elements starting `offset` elements into v (a block of a
+ *  grouped tensor). */
+inline TweTensorView view_2d(const TweTensorView& v, int64_t offset, int64_t rows, int64_t cols) {
+  TweTensorView s = v;
+  s.data = static_cast<char*>(v.data) + offset * element_size(v.dtype);
+  s.ndim = 2;
+  s.shape[0] = rows;
+  s.shape[1] = cols;
+  return s;
+}
+
+
 /*! Runs cpu_fn(args) for CPU views, else cuda_fn(args) (kTweUnsupported without CUDA kernels). */
 template <typename Args, typename CpuFn, typename CudaFn>
 TweStatus run_on_device(TweDevice device, const Args& args, CpuFn cpu_fn, CudaFn cuda_fn) {
