@@ -38,10 +38,13 @@ def plain_block(x, ln_w, ln_b, w1, b1, w2, b2):
     return F.linear(F.silu(a) * g, w2, b2)
 
 
+CLOCK = time.perf_counter
+
+
 def timed(fn) -> float:
-    start = time.perf_counter()
+    start = CLOCK()
     fn()
-    return time.perf_counter() - start
+    return CLOCK() - start
 
 
 def main() -> None:
@@ -51,7 +54,16 @@ def main() -> None:
     p.add_argument("--ffn", type=int, default=2048)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--recipes", default=",".join(RECIPES))
+    p.add_argument("--torch-threads", type=int, default=1,
+                   help="torch intra-op threads (default 1: inductor's spinning OpenMP workers and twinengine's own "
+                        "kernel threads otherwise contend for the same cores and every ratio swings 10x)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="cpu: process CPU time (all threads), steadier than wall time on a loaded machine")
     args = p.parse_args()
+    torch.set_num_threads(args.torch_threads)
+    torch._dynamo.config.recompile_limit = 64  # one step function, compiled per recipe and variant
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.manual_seed(0)
     module = tep.LayerNormMLP(args.hidden, args.ffn, activation="swiglu", amax_history_len=16)
     unfused = ops.Sequential(ops.LayerNorm(args.hidden), ops.Linear(args.hidden, 2 * args.ffn, amax_history_len=16),

@@ -7,9 +7,11 @@ contenders produce the same quantized tensor (the first two byte-identically):
   torch    torch.compile'd F.rms_norm / F.layer_norm, then twinengine's quantize
 They run interleaved in one loop (the order rotates every round), so machine noise hits all
 three alike; the report is the median over rounds of each per-round time ratio to `fused`,
-with the min–max range.
+with the min–max range. `--clock cpu` times the process's CPU time (all its threads) instead of
+wall time: on a loaded shared machine it is far less noisy, and for these kernels (all threads
+busy, no waiting) it measures the same work.
 
-    python bench/norm.py [--rows 4096 --cols 4096 --dtype bfloat16 --rounds 15]
+    python bench/norm.py [--rows 4096 --cols 4096 --dtype bfloat16 --rounds 15 --clock wall|cpu]
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def contenders(norm: str, q: te.Quantizer, x: torch.Tensor, weight: torch.Tensor
     }
 
 
-def measure(fns: dict, rounds: int) -> dict[str, list[float]]:
+def measure(fns: dict, rounds: int, clock) -> dict[str, list[float]]:
     """Per-round seconds of each contender, run interleaved with a rotating order."""
     names = list(fns)
     for name in names:  # warm-up (and compile)
@@ -55,9 +57,9 @@ def measure(fns: dict, rounds: int) -> dict[str, list[float]]:
     times = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            start = time.perf_counter()
+            start = clock()
             fns[name]()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(clock() - start)
     return times
 
 
@@ -67,17 +69,19 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=4096)
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--clock", default="wall", choices=["wall", "cpu"])
     args = parser.parse_args()
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
     x = torch.randn(args.rows, args.cols).to(dtype)
     weight, bias = torch.randn(args.cols).to(dtype), torch.randn(args.cols).to(dtype)
     print(f"CPU, x {args.rows}x{args.cols} {args.dtype}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} torch threads, {args.rounds} interleaved rounds")
+          f"{torch.get_num_threads()} torch threads, {args.rounds} interleaved rounds, {args.clock} time")
     print(f"{'case':<26}{'fused ms (median)':>19}{'unfused / fused':>26}{'torch+quantize / fused':>30}")
     for norm in ("rmsnorm", "layernorm"):
         for qname, q in QUANTIZERS.items():
-            times = measure(contenders(norm, q, x, weight, bias), args.rounds)
+            times = measure(contenders(norm, q, x, weight, bias), args.rounds, clock)
             cells = []
             for other in ("unfused", "torch"):
                 ratios = [o / f for o, f in zip(times[other], times["fused"])]

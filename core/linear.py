@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from .ops.opdef import fail
+from .ops.opdef import dims, fail
 from .quantizers import Quantizer
-from .recipe import DelayedScaling, Recipe
+from .recipe import DelayedScaling, NVFP4BlockScaling, Recipe
+from .te_migration import as_recipe, convert_te_recipe, is_te_recipe
 
 _OP = "linear"
 
@@ -55,18 +56,26 @@ class LinearQuantizers:
         return bool(getattr(self.grad_output, "stochastic_rounding", False))
 
 
-def linear_quantizers(recipe: Recipe) -> LinearQuantizers:
+def linear_quantizers(recipe: Recipe, input_dtype: str | None = None) -> LinearQuantizers:
     """The quantizers a Linear uses under `recipe` (called at each call, so the recipe in force
     at that call decides).
 
+    ``input_dtype`` (canonical name of x's dtype, which dy shares): NVFP4BlockScaling applies
+    the RHT only to bfloat16 operands, where NUMERICS.md §7.8 defines it. For float32 / float16
+    models its input and grad_output quantizers drop ``with_rht`` (RHT off), so they quantize
+    exactly as ``NVFP4BlockScaling(disable_rht=True)`` would — bytes defined, no error.
+
     Raises:
         ValueError: a quantizer lacks the rowwise or the columnwise usage.
-        TypeError: the recipe is not a twinengine Recipe, or it gives quantizers the GEMM
+        TypeError: the recipe is neither a twinengine Recipe nor a TransformerEngine recipe
+            (converted by ``twinengine.te_migration.convert_te_recipe``), or it gives quantizers the GEMM
             cannot combine (different families, a format with no GEMM kernel yet, or delayed
             quantizers from a CustomRecipe, which has no state parameters).
     """
-    if not isinstance(recipe, Recipe):
-        fail(_OP, TypeError, f"recipe must be a twinengine.recipe.Recipe, got {type(recipe).__name__}")
+    recipe = as_recipe(recipe, _OP)
+    if isinstance(recipe, NVFP4BlockScaling) and input_dtype is not None and input_dtype != "bfloat16":
+        recipe = NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=recipe.disable_stochastic_rounding,
+                                   disable_2d_quantization=recipe.disable_2d_quantization)
     roles = {role: recipe.quantizer(role) for role in ("input", "weight", "grad_output")}
     delayed = isinstance(recipe, DelayedScaling)
     for role, q in roles.items():
@@ -90,10 +99,15 @@ def linear_quantizers(recipe: Recipe) -> LinearQuantizers:
                             amax_history_len=recipe.amax_history_len)
 
 
-def check_autocast_recipe(enabled: bool, recipe: object) -> None:
-    """Raises TypeError when an enabled autocast region is given no twinengine Recipe."""
+def check_autocast_recipe(enabled: bool, recipe: object) -> object:
+    """The recipe an autocast region keeps: `recipe`, converted to twinengine's when it is a
+    TransformerEngine recipe. Raises TypeError when an enabled region is given neither."""
+    if enabled and is_te_recipe(recipe):
+        return convert_te_recipe(recipe)
     if enabled and not isinstance(recipe, Recipe):
-        fail("autocast", TypeError, f"enabled=True needs recipe= a twinengine.recipe.Recipe, got {type(recipe).__name__}")
+        fail("autocast", TypeError, f"enabled=True needs recipe= a twinengine.recipe.Recipe (or a "
+             f"transformer_engine.common.recipe object), got {type(recipe).__name__}")
+    return recipe
 
 
 def check_delayed_state(history_len: int | None, quantizers: LinearQuantizers) -> None:
@@ -114,3 +128,22 @@ def check_rng(quantizers: LinearQuantizers, has_rng: bool) -> None:
     if quantizers.needs_rng and not has_rng:
         fail(_OP, ValueError, "the recipe's grad_output quantizer rounds stochastically and needs rng= (an integer "
              "array [seed, offset] of shape (2,); twinengine.pytorch.Linear keeps one as its rng_state buffer)")
+
+
+def check_linear_shapes(x_shape, weight_shape, bias_shape) -> None:
+    """Shared shape checks of Linear / dense: x (..., K), weight (N, K) with K >= 1, bias (N,).
+
+    Raises:
+        ValueError: a mismatch, or K = 0 (an empty reduction, which no recipe can scale).
+    """
+    x_shape, weight_shape = tuple(x_shape), tuple(weight_shape)
+    if len(x_shape) < 1 or len(weight_shape) != 2:
+        fail(_OP, ValueError, f"x must have rank >= 1 and the weight shape (out_features, in_features), got x "
+             f"{dims(x_shape)} and weight {dims(weight_shape)}")
+    if x_shape[-1] != weight_shape[1]:
+        fail(_OP, ValueError, f"x has {int(x_shape[-1])} input features but the weight {dims(weight_shape)} "
+             f"expects {int(weight_shape[1])}")
+    if weight_shape[1] == 0:
+        fail(_OP, ValueError, f"in_features must be >= 1, got x of shape {dims(x_shape)} (an empty reduction)")
+    if bias_shape is not None and tuple(bias_shape) != (weight_shape[0],):
+        fail(_OP, ValueError, f"bias must have shape ({int(weight_shape[0])},), got {dims(bias_shape)}")

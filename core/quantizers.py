@@ -58,6 +58,10 @@ class Quantizer:
     def _check(self) -> None:
         """Field rules of a concrete quantizer (raises ValueError)."""
 
+    def plan_key(self) -> "Quantizer":
+        """Itself as a plan-cache key (core/ops/opdef.py): a frozen value of plain fields."""
+        return self
+
     def with_usage(self, *, rowwise: bool | None = None, columnwise: bool | None = None) -> "Quantizer":
         """The same quantizer with the given usages changed."""
         changes = {}

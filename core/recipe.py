@@ -153,7 +153,14 @@ class Float8BlockScaling(Recipe):
 @dataclasses.dataclass(frozen=True)
 class NVFP4BlockScaling(Recipe):
     """NVFP4: inputs 1D with RHT on the columnwise copy, weights 16×16 2D, gradients 1D with
-    RHT and stochastic rounding (NUMERICS.md §7, §9)."""
+    RHT and stochastic rounding (NUMERICS.md §7, §9).
+
+    Dtypes: the RHT is defined for bfloat16 operands only. A Linear / dense whose input is
+    float32 or float16 runs this recipe with the RHT off (its bytes are exactly those of
+    ``disable_rht=True``); bfloat16 inputs get the RHT unless ``disable_rht``. ``quantizer(role)``
+    itself is dtype-independent and keeps ``with_rht`` (quantizing a non-bf16 tensor with it
+    directly raises, as NUMERICS.md §7.8 says).
+    """
 
     disable_rht: bool = False
     disable_stochastic_rounding: bool = False

@@ -1,7 +1,16 @@
-// Thread-local error text and view checks shared by every ABI entry point.
+// Thread-local error text and view checks shared by every ABI entry point; the CPU executor
+// scope and twinengine's persistent CPU thread pool.
 #include "internal/common.h"
 
+#include <sched.h>
+#include <unistd.h>
+
+#include <deque>
 #include <sstream>
+#include <thread>
+#include <vector>
+
+#include "internal/cpu.h"
 
 namespace twe {
 namespace {
@@ -17,6 +26,90 @@ TweStatus succeed() {
   g_last_error.clear();
   return kTweSuccess;
 }
+
+CpuStreamScope::CpuStreamScope(void* stream) : saved_(cpu::tls_executor) {
+  cpu::tls_executor = static_cast<const TweCpuExecutor*>(stream);
+}
+
+CpuStreamScope::~CpuStreamScope() { cpu::tls_executor = saved_; }
+
+namespace cpu {
+
+int default_threads() {
+  static const int threads = [] {
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+      const int n = CPU_COUNT(&set);
+      if (n > 0) return n;
+    }
+#endif
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }();
+  return threads;
+}
+
+namespace {
+
+/*! Workers that run scheduled tasks in order; grown on demand, never stopped (a pool destroyed at
+ *  process exit could join threads still blocked in other static destructors). */
+class Pool {
+ public:
+  void schedule(int64_t threads, void (*task)(void*), void* arg) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    queue_.push_back({task, arg});
+    const int64_t want = std::min<int64_t>(threads, kMaxPieces);
+    while (static_cast<int64_t>(workers_.size()) < want) {
+      workers_.emplace_back([this] { loop(); });
+      workers_.back().detach();
+    }
+    lock.unlock();
+    cv_.notify_one();
+  }
+
+ private:
+  struct Task {
+    void (*fn)(void*);
+    void* arg;
+  };
+  void loop() {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return !queue_.empty(); });
+      Task t = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      t.fn(t.arg);
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+void pool_schedule(int64_t threads, void (*task)(void*), void* arg) {
+  // A forked child inherits no worker threads (and maybe a locked mutex): it gets a fresh pool.
+  static std::atomic<Pool*> pool{nullptr};
+  static std::atomic<pid_t> owner{0};
+  static std::mutex create;
+  const pid_t pid = getpid();
+  Pool* p = pool.load(std::memory_order_acquire);
+  if (!p || owner.load(std::memory_order_acquire) != pid) {
+    std::lock_guard<std::mutex> lock(create);
+    p = pool.load(std::memory_order_acquire);
+    if (!p || owner.load(std::memory_order_acquire) != pid) {
+      p = new Pool();  // the old one (a parent's) is left: its threads do not exist here
+      pool.store(p, std::memory_order_release);
+      owner.store(pid, std::memory_order_release);
+    }
+  }
+  p->schedule(threads, task, arg);
+}
+
+}  // namespace cpu
 
 const char* dtype_name(TweDType dtype) {
   switch (dtype) {
@@ -83,6 +176,8 @@ TweStatus check_view_allow_empty(const TweTensorView* v, const char* name, TweDT
 extern "C" {
 
 const char* twe_last_error(void) { return twe::g_last_error.c_str(); }
+
+int twe_cpu_default_threads(void) { return twe::cpu::default_threads(); }
 
 int twe_has_cuda(void) {
 #ifdef TWE_WITH_CUDA

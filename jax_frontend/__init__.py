@@ -1,12 +1,14 @@
 """twinengine.jax: twinengine ops for JAX as XLA FFI calls, jit- and vmap-clean."""
 
 from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTensor pytree)
+from ._library import export_disabled_checks
 from . import ops
 from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
 from ._ops.gemm import gemm
 from ._ops.grouped_dense import grouped_dense
+from .interop import from_torch
 from ._ops.permute import (
     moe_pad_splits,
     moe_permute,
@@ -19,7 +21,8 @@ from ._ops.permute import (
     token_combine,
     token_dispatch,
 )
-from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
+from ._ops.quantize import (dequantize, fake_quantize, make_empty, quantize, quantize_into, record_amax,
+                           update_delayed_scaling)
 
 __all__ = [
     "layernorm",
@@ -33,6 +36,10 @@ __all__ = [
     "delayed_scaling_state",
     "dense",
     "dequantize",
+    "make_empty",
+    "from_torch",
+    "fake_quantize",
+    "export_disabled_checks",
     "gemm",
     "grouped_dense",
     "moe_pad_splits",
@@ -44,6 +51,8 @@ __all__ = [
     "moe_unpad_splits",
     "moe_unpermute",
     "quantize",
+    "quantize_into",
+    "make_empty",
     "record_amax",
     "token_combine",
     "token_dispatch",

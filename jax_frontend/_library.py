@@ -30,8 +30,14 @@ def jax_dtype(name: str):
     return _JAX_DTYPES[name]
 
 
+_DTYPE_NAMES: dict = {}
+
+
 def dtype_name(dtype) -> str:
-    return canonical_dtype(np.dtype(dtype).name)
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = canonical_dtype(np.dtype(dtype).name)
+    return name
 
 
 def meta(x) -> ArrayMeta | None:
@@ -46,17 +52,46 @@ def _attr(value: int | float):
     return np.float32(value) if isinstance(value, float) else np.int64(value)
 
 
+def _ffi_call(call: KernelCall, inputs) -> list:
+    result_types = [jax.ShapeDtypeStruct(spec.shape, jax_dtype(spec.dtype)) for spec in call.outputs]
+    attrs = {name: _attr(value) for name, value in call.attrs}
+    return list(jax.ffi.ffi_call(call.ffi_target, result_types, vmap_method="sequential")(*inputs, **attrs))
+
+
 def ffi(call: KernelCall, inputs: list) -> list:
     """Runs a planned kernel call as an XLA FFI custom call; returns its outputs.
 
     vmap runs the call once per batch element, so batching never changes the numerics. A call
-    whose outputs are all empty has nothing to write and is not emitted.
+    whose outputs are all empty has nothing to write and is not emitted. Called eagerly (no
+    input is a tracer), it runs a jax.jit of the call kept with the (cached) plan, so repeated
+    eager calls dispatch a compiled executable instead of binding the custom call afresh each
+    time; the kernel and its bytes are the same.
     """
-    result_types = [jax.ShapeDtypeStruct(spec.shape, jax_dtype(spec.dtype)) for spec in call.outputs]
     if all(np.prod(spec.shape, dtype=np.int64) == 0 for spec in call.outputs):
-        return [jnp.zeros(t.shape, jax.dtypes.canonicalize_dtype(t.dtype)) for t in result_types]
-    attrs = {name: _attr(value) for name, value in call.attrs}
-    return list(jax.ffi.ffi_call(call.ffi_target, result_types, vmap_method="sequential")(*inputs, **attrs))
+        return [jnp.zeros(spec.shape, jax.dtypes.canonicalize_dtype(jax_dtype(spec.dtype))) for spec in call.outputs]
+    if any(isinstance(a, jax.core.Tracer) for a in inputs):
+        return _ffi_call(call, inputs)
+    jitted = call.memo.get("jax")
+    if jitted is None:  # plans that are not cached still meet an equal call's jit here
+        jitted = _JITTED.get(call)
+        if jitted is None:
+            if len(_JITTED) >= _JITTED_LIMIT:
+                _JITTED.clear()
+            jitted = _JITTED[call] = jax.jit(lambda *args: _ffi_call(call, args))
+        call.memo["jax"] = jitted
+    return list(jitted(*inputs))
+
+
+_JITTED: dict[KernelCall, object] = {}  # eager calls' jitted FFI calls, by value
+_JITTED_LIMIT = 4096
+
+
+def export_disabled_checks() -> list:
+    """The ``disabled_checks=`` that ``jax.export.export`` needs for programs calling twinengine:
+    one ``DisabledSafetyCheck.custom_call`` per FFI target. Our targets carry no cross-version
+    compatibility guarantee: a serialized program runs with the same twinengine build (the
+    targets are registered by ``import twinengine.jax``)."""
+    return [jax.export.DisabledSafetyCheck.custom_call(name) for name in sorted(_C.ffi_targets())]
 
 
 def _register_targets() -> None:

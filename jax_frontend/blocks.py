@@ -109,10 +109,12 @@ def layernorm_mlp(x, params: Mapping[str, Any], *, normalization: str = "LayerNo
 def params_from_torch(state_dict: Mapping[str, Any]) -> dict:
     """A torch module's ``state_dict`` -> a JAX parameter dict with the same names, layouts and
     bytes (bf16 kept). Buffers (delayed-scaling state, rng_state, anything under ``basic_ops.``)
-    are left out: JAX keeps state explicitly."""
+    and a TransformerEngine checkpoint's ``_extra_state`` are left out: JAX keeps state
+    explicitly. A TE ``Linear`` / ``LayerNormLinear`` / ``LayerNormMLP`` state dict converts
+    directly (same parameter names)."""
     out = {}
     for name, tensor in state_dict.items():
-        if "." in name or tensor is None:
+        if "." in name or tensor is None or name == "_extra_state":
             continue
         out[name] = _torch_to_jax(tensor)
     return out

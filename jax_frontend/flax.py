@@ -1,19 +1,29 @@
 """twinengine.jax.flax: Flax (linen) modules over twinengine.jax.dense.
 
 Parameters live in the ``"params"`` collection as usual. DelayedScaling state (NUMERICS.md §3)
-lives in the ``"fp8_meta"`` collection. ``dense``'s contract carries over: the gradient of the
-loss with respect to ``"fp8_meta"`` *is* the next state (forward slots updated by the forward
-pass, the grad slot by the backward pass), so a training step differentiates with respect to
-both collections and replaces the state with its gradient, never feeding it to the optimizer::
+lives in the ``"fp8_meta"`` collection and moves exactly as the torch Linear's buffers do:
+
+- **Forward** (the forward slots: input and weight amax histories and scales):
+  ``model.apply(variables, x, mutable=["fp8_meta"])`` returns the state after the forward
+  pass, as Flax users expect from a mutable collection (``init`` does not advance it).
+- **Backward** (the grad_output slot): its amax exists only in the backward pass, which a
+  forward's mutable outputs cannot carry. ``dense``'s contract carries it: the gradient of the
+  loss with respect to ``"fp8_meta"`` *is* the complete next state (forward slots from the
+  forward pass, grad slot from the backward pass). So a training step differentiates with
+  respect to both collections and *replaces* the state with its gradient, never feeding it to
+  the optimizer. Taking the state from ``mutable`` alone in a training loop would leave the
+  grad slot at its initial scale; take it from the gradient::
 
     def loss_fn(params, fp8_meta):
-        y = model.apply({"params": params, "fp8_meta": fp8_meta}, x)
+        y = model.apply({"params": params, "fp8_meta": fp8_meta}, x)   # mutable=... is optional here
         return jnp.mean((y - target) ** 2)
 
     loss, (param_grads, next_fp8_meta) = jax.value_and_grad(loss_fn, argnums=(0, 1))(params, fp8_meta)
     updates, opt_state = optimizer.update(param_grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    fp8_meta = next_fp8_meta
+    fp8_meta = next_fp8_meta                    # same bytes as the torch Linear's buffers
+
+  For forward-only loops (evaluation, calibration) take it from ``mutable=["fp8_meta"]``.
 
 Importing this module needs flax; ``import twinengine.jax`` alone does not.
 """
@@ -28,6 +38,7 @@ import jax.numpy as jnp
 
 from ..linear import linear_quantizers
 from ..recipe import DelayedScaling, Recipe
+from ..te_migration import as_recipe
 from .autocast import current_recipe
 from ._ops.dense import delayed_scaling_state, dense
 from ._ops.grouped_dense import grouped_dense
@@ -66,11 +77,14 @@ class Dense(nn.Module):
         recipe = self.recipe if self.recipe is not None else current_recipe()
         if recipe is None:
             return dense(x, kernel, bias)
+        recipe = as_recipe(recipe, "Dense")  # a TransformerEngine recipe, converted
         if rng is None and linear_quantizers(recipe).needs_rng:
             rng = jax.random.bits(self.make_rng("stochastic_rounding"), (2,), jnp.uint32)
         if isinstance(recipe, DelayedScaling):
             state = self.variable(FP8_META, "delayed_scaling", delayed_scaling_state, recipe.amax_history_len)
-            y, _ = dense(x, kernel, bias, recipe=recipe, state=state.value, rng=rng)
+            y, state_after_forward = dense(x, kernel, bias, recipe=recipe, state=state.value, rng=rng)
+            if self.is_mutable_collection(FP8_META) and not self.is_initializing():
+                state.value = state_after_forward  # what the torch Linear's buffers hold after its forward
             return y
         return dense(x, kernel, bias, recipe=recipe, rng=rng)
 

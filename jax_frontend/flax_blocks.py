@@ -7,6 +7,12 @@ collection of the same block and both frameworks give the same bytes. DelayedSca
 in the ``"fp8_meta"`` collection (one entry per Linear) under the same contract as
 ``twinengine.jax.flax.Dense``; stochastic rounding draws [seed, offset] from the
 ``"stochastic_rounding"`` RNG stream unless ``rngs=`` is given.
+
+Differences from TE-JAX's modules of the same names: the norm is chosen with
+``normalization="LayerNorm"|"RMSNorm"`` (TE-JAX: ``layernorm_type``), the activation with one name
+from ``twinengine.ops.activation.ACTIVATIONS`` (TE-JAX: an ``activations`` tuple such as
+``("silu", "linear")`` for SwiGLU), and a call returns ``out`` — ``(out, ln_out)`` only with
+``return_layernorm_output=True`` (TE-JAX always returns the pair).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import jax.numpy as jnp
 from ..fusion.blocks import mlp_widths, normalization_kind
 from ..linear import linear_quantizers
 from ..recipe import DelayedScaling, Recipe
+from ..te_migration import as_recipe
 from ._ops.dense import delayed_scaling_state
 from .autocast import current_recipe
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, rmsnorm
@@ -67,6 +74,7 @@ class _NormBlock(nn.Module):
         recipe: Recipe | None = self.recipe if self.recipe is not None else current_recipe()
         state_vars = None
         if recipe is not None:
+            recipe = as_recipe(recipe, type(self).__name__)  # a TransformerEngine recipe, converted
             qs = linear_quantizers(recipe)
             if qs.needs_rng and rngs is None:
                 rngs = {n: jax.random.bits(self.make_rng("stochastic_rounding"), (2,), jnp.uint32) for n in names}

@@ -61,6 +61,17 @@ def make_param(k: int, dtype: str, seed: int) -> np.ndarray:
     return (rng.standard_normal(k).astype(np.float32) * np.float32(0.5)).astype(NUMPY_DTYPES[dtype])
 
 
+def make_case(norm: str, dtype: str, k: int, rows: int, family: str, shift: int, seed: int = 0):
+    """(x, weight, bias, dy) NumPy inputs of `norm` (weight / bias None where the norm has none);
+    the parameters' dtype is param_dtype(dtype, shift)."""
+    x = make_rows(rows, k, dtype, family, seed)
+    pdt = param_dtype(dtype, shift)
+    weight = make_param(k, pdt, seed) if norm != "l2norm" else None
+    bias = make_param(k, pdt, seed + 1) if norm == "layernorm" else None
+    dy = make_rows(rows, k, dtype, "mixed", seed + 2)
+    return x, weight, bias, dy
+
+
 def reference_fwd(norm: str, x, weight, bias, zero_centered_gamma: bool):
     """The reference forward outputs of `norm`, in the frontends' order (without qt)."""
     if norm == "layernorm":

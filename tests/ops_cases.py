@@ -36,7 +36,17 @@ def op_lists(ops, activation: str = "SwiGLU"):
         "residual": [ops.MakeExtraOutput(), ops.RMSNorm(HIDDEN), ops.BasicLinear(HIDDEN, HIDDEN, amax_history_len=4),
                      ops.ConstantScale(0.5), ops.AddExtraInput(), ops.AddExtraInput(), ops.LayerNorm(HIDDEN),
                      ops.Bias(HIDDEN), ops.GELU()],
+        "linear_tails": [ops.L2Normalization(), ops.BasicLinear(HIDDEN, HIDDEN, amax_history_len=4), ops.Bias(HIDDEN),
+                         ops.AddExtraInput(), ops.AddExtraInput(), ops.RMSNorm(HIDDEN), ops.Identity(),
+                         ops.BasicLinear(HIDDEN, HIDDEN, amax_history_len=4), ops.AddExtraInput(), ops.SReLU(),
+                         ops.Quantize(), ops.BasicLinear(HIDDEN, HIDDEN, amax_history_len=4),
+                         ops.Reshape((-1, HIDDEN)), ops.Dropout(0.0), ops.Reshape((2, ROWS // 2, HIDDEN))],
     }
 
 
-EXTRA_INPUTS = {"rmsnorm_mlp": 0, "layernorm_quantize": 0, "residual": 2}
+EXTRA_INPUTS = {"rmsnorm_mlp": 0, "layernorm_quantize": 0, "residual": 2, "linear_tails": 3}
+"""Extra inputs (AddExtraInput) each op list takes.
+
+Groups covered: norm -> quantized Linear input, norm + Quantize, activation + Quantize,
+BasicLinear + Bias + activation (backward dact + dbias + quantize), LinearBiasAdd, LinearAdd,
+LinearScaleAdd, Add + norm (AddRMSNorm / AddLayerNorm), Bias + activation, and the plain ops."""

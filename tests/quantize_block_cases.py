@@ -1,6 +1,6 @@
-"""FP8-block and NVFP4 quantizer cases shared by the pytorch, jax and parity tests, and the bridge
-from a quantizer spec to the NumPy reference call that defines its bytes (the reference itself
-never sees twinengine)."""
+"""FP8-block and NVFP4 quantizer cases shared by the pytorch, jax and parity tests, and their
+reference bytes (through ``twinengine.testing.reference_quantize``, the public bridge from a
+quantizer spec to the independent NumPy reference)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
-from helpers import NUMPY_DTYPES, assert_bytes_equal
-from reference import quantize as ref
+from helpers import NUMPY_DTYPES, assert_bytes_equal, fields_as_numpy
 
 import twinengine as te
+from twinengine.testing import reference_dequantize as reference_dequantize_qt
+from twinengine.testing import reference_quantize as reference_quantize_qt
 
 FP8_BLOCK_QUANTIZERS = [
     te.Float8BlockQuantizer("e4m3", block_scaling_dim=1),
@@ -76,29 +77,14 @@ def rng_for(q: te.Quantizer, state: np.ndarray = RNG_STATE) -> np.ndarray | None
 
 def reference_quantize(x: np.ndarray, q: te.Quantizer, rng: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The NumPy reference's fields for quantizing `x` with `q` (rng = [seed, offset])."""
-    if q.scaling_mode == "fp8_block":
-        return ref.quantize_fp8_block_ref(x, q.fp8_dtype, q.rowwise, q.columnwise, q.block_scaling_dim,
-                                          q.force_pow_2_scales, q.amax_epsilon)
-    if q.scaling_mode == "nvfp4":
-        state = (0, 0) if rng is None else (int(rng[0]), int(rng[1]))
-        return ref.quantize_nvfp4_ref(x, q.rowwise, q.columnwise, q.with_rht, q.with_2d_quantization,
-                                      q.stochastic_rounding, state)
-    raise NotImplementedError(q.scaling_mode)
+    return fields_as_numpy(reference_quantize_qt(x, q, rng=rng))
 
 
 def reference_dequantize(fields: dict[str, np.ndarray], q: te.Quantizer, shape, dtype: str,
                          columnwise: bool) -> np.ndarray:
     """The reference dequantization of one copy, rounded to `dtype`."""
-    prefix = "columnwise" if columnwise else "rowwise"
-    data, scale = fields[f"{prefix}_data"], fields[f"{prefix}_scale_inv"]
-    if q.scaling_mode == "fp8_block":
-        out = ref.dequantize_fp8_block_ref(data, scale, q.fp8_dtype, shape, columnwise, q.block_scaling_dim)
-    elif q.scaling_mode == "nvfp4":
-        amax = fields["columnwise_amax" if columnwise else "amax"]
-        out = ref.dequantize_nvfp4_ref(data, scale, amax, shape, columnwise)
-    else:
-        raise NotImplementedError(q.scaling_mode)
-    return ref.round_to_dtype_ref(out, dtype)
+    return reference_dequantize_qt(te.QuantizedTensor(**fields, quantizer=q, shape=tuple(shape)), dtype,
+                                   columnwise=columnwise)
 
 
 def check_dequantize_copies(dequantize: Callable[[Any, str, bool], Any], to_numpy: Callable[[Any], np.ndarray], qt,

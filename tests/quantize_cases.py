@@ -1,12 +1,15 @@
-"""Quantizer cases shared by the quantize tests, and the bridge from a quantizer spec to the
-NumPy reference call that defines its bytes (the reference itself never sees twinengine)."""
+"""Quantizer cases shared by the quantize tests, and their reference bytes (through
+``twinengine.testing.reference_quantize``, the public bridge from a quantizer spec to the
+independent NumPy reference)."""
 
 from __future__ import annotations
 
 import numpy as np
-from reference import quantize as ref
+from helpers import fields_as_numpy
 
 import twinengine as te
+from twinengine.testing import reference_dequantize as reference_dequantize_qt
+from twinengine.testing import reference_quantize as reference_quantize_qt
 
 DELAYED_SCALE = np.array([0.3712], np.float32)
 """Encode scale used for delayed-scaling cases (not a power of two, so rounding matters)."""
@@ -51,26 +54,12 @@ def scale_for(q: te.Quantizer) -> np.ndarray | None:
 
 
 def reference_quantize(x: np.ndarray, q: te.Quantizer) -> dict[str, np.ndarray]:
-    """The NumPy reference's fields for quantizing `x` with `q`."""
-    if q.scaling_mode == "fp8_current":
-        return ref.quantize_fp8_current_ref(x, q.fp8_dtype, q.rowwise, q.columnwise, q.amax_epsilon,
-                                            q.force_pow_2_scales)
-    if q.scaling_mode == "fp8_delayed":
-        return ref.quantize_fp8_delayed_ref(x, q.fp8_dtype, DELAYED_SCALE, q.rowwise, q.columnwise)
-    if q.scaling_mode == "mxfp8":
-        return ref.quantize_mxfp8_ref(x, q.fp8_dtype, q.rowwise, q.columnwise, q.with_2d_quantization)
-    raise NotImplementedError(q.scaling_mode)
+    """The NumPy reference's fields for quantizing `x` with `q` (uint8 codes for FP8 data)."""
+    return fields_as_numpy(reference_quantize_qt(x, q, scale=scale_for(q)))
 
 
 def reference_dequantize(fields: dict[str, np.ndarray], q: te.Quantizer, shape, dtype: str,
                          columnwise: bool) -> np.ndarray:
     """The reference dequantization of one copy, rounded to `dtype`."""
-    prefix = "columnwise" if columnwise else "rowwise"
-    data, scale = fields[f"{prefix}_data"], fields[f"{prefix}_scale_inv"]
-    if q.scaling_mode in ("fp8_current", "fp8_delayed"):
-        out = ref.dequantize_fp8_ref(data, scale, q.fp8_dtype, shape, columnwise)
-    elif q.scaling_mode == "mxfp8":
-        out = ref.dequantize_mxfp8_ref(data, scale, q.fp8_dtype, shape, columnwise)
-    else:
-        raise NotImplementedError(q.scaling_mode)
-    return ref.round_to_dtype_ref(out, dtype)
+    return reference_dequantize_qt(te.QuantizedTensor(**fields, quantizer=q, shape=tuple(shape)), dtype,
+                                   columnwise=columnwise)

@@ -13,6 +13,7 @@ from .modules.normalization import LayerNorm, LayerNormLinear, LayerNormMLP, RMS
 from .modules.padding import Fp8Padding, Fp8Unpadding
 from ._ops.gemm import gemm
 from ._ops.grouped_linear import grouped_linear
+from .interop import from_jax
 from ._ops.linear import linear
 from ._ops.permute import (
     moe_pad_splits,
@@ -24,7 +25,8 @@ from ._ops.permute import (
     moe_unpad_splits,
     moe_unpermute,
 )
-from ._ops.quantize import dequantize, quantize, record_amax, update_delayed_scaling
+from ._ops.quantize import (dequantize, fake_quantize, make_empty, quantize, quantize_, record_amax,
+                           update_delayed_scaling)
 
 __all__ = [
     "Fp8Padding",
@@ -38,6 +40,9 @@ __all__ = [
     "ops",
     "autocast",
     "dequantize",
+    "make_empty",
+    "from_jax",
+    "fake_quantize",
     "gemm",
     "grouped_linear",
     "linear",
@@ -50,6 +55,8 @@ __all__ = [
     "moe_unpad_splits",
     "moe_unpermute",
     "quantize",
+    "quantize_",
+    "make_empty",
     "record_amax",
     "update_delayed_scaling",
 ]

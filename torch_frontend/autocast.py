@@ -30,23 +30,40 @@ def current_recipe() -> Recipe | None:
 
 
 class autocast:
-    """Context manager: twinengine layers called inside quantize with `recipe`.
+    """Context manager: twinengine layers called inside quantize with `recipe`
+    (``autocast(recipe)`` or ``autocast(recipe=recipe)``, the same signature as
+    ``twinengine.jax.autocast``).
 
     ``autocast(enabled=False)`` runs them in high precision (also inside an enabled region).
     Regions nest; the innermost wins.
 
     Raises:
-        TypeError: enabled without a twinengine Recipe.
+        TypeError: enabled without a twinengine Recipe (a TransformerEngine recipe is converted
+            field by field, ``twinengine.te_migration.convert_te_recipe``).
     """
 
-    def __init__(self, enabled: bool = True, recipe: Recipe | None = None) -> None:
-        check_autocast_recipe(enabled, recipe)
+    def __init__(self, recipe: Recipe | None = None, *, enabled: bool = True) -> None:
         self.enabled = enabled
-        self.recipe = recipe
+        self.recipe = check_autocast_recipe(enabled, recipe)
 
     def __enter__(self) -> "autocast":
         _STATE.stack.append(self.recipe if self.enabled else None)
         return self
+
+    def __exit__(self, *exc_info: object) -> bool:
+        _STATE.stack.pop()
+        return False
+
+
+class replay_region:
+    """Internal: runs a replayed call (an activation-checkpointing recompute) under exactly the
+    recipe its original call saw (None: high precision), whatever regions are active now."""
+
+    def __init__(self, recipe: Recipe | None) -> None:
+        self.recipe = recipe
+
+    def __enter__(self) -> None:
+        _STATE.stack.append(self.recipe)
 
     def __exit__(self, *exc_info: object) -> bool:
         _STATE.stack.pop()

@@ -24,6 +24,18 @@ def activation_kind(activation: str) -> str:
     return activation.lower()
 
 
+def check_activation_params(activation: str, params: dict | None) -> dict:
+    """``activation_params`` (limit, alpha) exist for clamped_swiglu only."""
+    params = dict(params or {})
+    if params and activation_kind(activation) != "clamped_swiglu":
+        fail("activation", ValueError, f"activation_params {sorted(params)} are only taken by clamped_swiglu, "
+             f"not {activation!r}")
+    unknown = sorted(set(params) - {"limit", "alpha"})
+    if unknown:
+        fail("activation", ValueError, f"clamped_swiglu takes activation_params limit and alpha, got {unknown}")
+    return params
+
+
 def mlp_widths(activation: str, ffn_hidden_size: int) -> int:
     """FC1's output width: ffn_hidden_size, doubled for gated activations (act(a)·b halves it)."""
     if type(ffn_hidden_size) is not int or ffn_hidden_size < 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 
 from ..ops.opdef import fail
 
@@ -71,10 +72,29 @@ def check_sequential(num_ops: int) -> None:
 
 
 def check_dropout_p(p: float) -> float:
-    """p rounded to fp32 semantics is checked by the kernel family; here: a float in [0, 1)."""
-    if not isinstance(p, (int, float)) or math.isnan(p) or not 0.0 <= p < 1.0:
-        fail("Dropout", ValueError, f"p must be a float in [0, 1), got {p!r}")
+    """p is a real number in [0, 1) after rounding to fp32 (NUMERICS §11: the kernels use the fp32 value)."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p) or not 0.0 <= _fp32(p) < 1.0:
+        fail("Dropout", ValueError, f"p must be a float in [0, 1) (after rounding to float32), got {p!r}")
     return float(p)
+
+
+def _fp32(value: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", float(value)))[0]
+
+
+def check_extra_inputs(expected: int, given: int) -> None:
+    if expected != given:
+        fail("Sequential", ValueError, f"the ops take {expected} extra input(s) (AddExtraInput), got {given}")
+
+
+def reject_member(kind: str) -> None:
+    fail("Sequential", TypeError, f"ops must be twinengine basic operations (or Sequential / ops.Linear of them), "
+         f"got {kind}; modules such as LayerNormMLP hold their own parameters — call them, do not nest them")
+
+
+def reject_quantized_output() -> None:
+    fail("Sequential", TypeError, "the last op returns a QuantizedTensor (a Quantize op at the end); quantized data "
+         "carries no gradient, so keep the Linear that consumes it in the same Sequential")
 
 
 def check_features(op: str, **features: int) -> None:
@@ -84,22 +104,31 @@ def check_features(op: str, **features: int) -> None:
             fail(op, ValueError, f"{name} must be a positive int, got {value!r}")
 
 
+def normalized_features(op: str, normalized_shape) -> int:
+    """The normalized size of a norm op: an int, or a one-element sequence (the last dimension only)."""
+    if isinstance(normalized_shape, (tuple, list)):
+        if len(normalized_shape) != 1:
+            fail(op, ValueError, f"normalized_shape must have one dimension (the last), got {tuple(normalized_shape)}")
+        normalized_shape = normalized_shape[0]
+    check_features(op, normalized_shape=normalized_shape)
+    return int(normalized_shape)
+
+
 def check_eps(op: str, eps: float) -> float:
     if not isinstance(eps, (int, float)) or math.isnan(eps) or eps < 0:
         fail(op, ValueError, f"eps must be a float >= 0, got {eps!r}")
     return float(eps)
 
 
-def check_param(op: str, name: str, shape: tuple, dtype: str, expect_shape: tuple, dtypes: tuple[str, ...]) -> None:
-    """A parameter of the wrong shape or dtype (e.g. a loaded state) is a clear error."""
+def check_param_shape(op: str, name: str, shape: tuple, expect_shape: tuple) -> None:
+    """A parameter of the wrong shape (e.g. from a loaded state dict) is a clear error before any kernel."""
     if tuple(shape) != tuple(expect_shape):
-        fail(op, ValueError, f"parameter {name} must have shape {tuple(expect_shape)}, got {tuple(shape)}")
-    if dtype not in dtypes:
-        fail(op, TypeError, f"parameter {name} must have dtype {' or '.join(dtypes)}, got {dtype}")
+        fail(op, ValueError, f"parameter {name} must have shape {tuple(expect_shape)} (the op's configured size), "
+             f"got {tuple(shape)}")
 
 
 def check_input_kind(op: str, quantized: bool, accepts_quantized: bool) -> None:
     """An op that cannot consume a QuantizedTensor receiving one (and vice versa) is an error."""
     if quantized and not accepts_quantized:
         fail(op, TypeError, "received a QuantizedTensor but needs a high-precision tensor; only BasicLinear (and "
-             "Linear) consume quantized input — put a Quantize op only before a Linear")
+             "Linear) consume quantized input, under an autocast recipe — put a Quantize op only before a Linear")

@@ -38,6 +38,23 @@ class KernelGroup:
     dact_dbias: int | None = None
     quantize_grad_for: int | None = None
 
+    @property
+    def emitter(self) -> int | None:
+        """The member whose kernel writes the quantized input of op ``quantize_for`` (the op right
+        before it), or None."""
+        return None if self.quantize_for is None else self.quantize_for - 1
+
+    def backward_steps(self) -> tuple[tuple[int, ...], ...]:
+        """The group's backward in execution order: ``(i,)`` runs op i's ``op_backward``;
+        ``(bias_i, act_i)`` runs the fused activation-grad + bias-grad (+ quantize) kernel."""
+        members = list(self.ops)
+        if self.dact_dbias is None:
+            return tuple((i,) for i in reversed(members))
+        split = self.dact_dbias
+        after = tuple((i,) for i in reversed(members[split + 2:]))
+        before = tuple((i,) for i in reversed(members[:split]))
+        return after + ((members[split], members[split + 1]),) + before
+
     def describe(self, descs: Sequence[OpDesc]) -> str:
         """One line: members, hand-off and backward fusion."""
         members = ", ".join(f"{i}:{descs[i].name}" for i in self.ops)
@@ -63,6 +80,15 @@ def _kinds(descs: Sequence[OpDesc], start: int, kinds: Sequence[str | tuple[str,
     return True
 
 
+def quantization_source(descs: Sequence[OpDesc], i: int, quantized: bool) -> int:
+    """The op whose input quantization op i's quantized output uses: a Quantize op right before a
+    BasicLinear under a recipe takes that Linear's (so the bytes equal the Linear quantizing its
+    input itself); any other op its own."""
+    if descs[i].kind == "quantize" and quantized and i + 1 < len(descs) and descs[i + 1].kind == "basic_linear":
+        return i + 1
+    return i
+
+
 _LINEAR_TAILS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("bias", "activation"), "BasicLinear+Bias+{act}"),
     (("bias", "add_extra_input"), "LinearBiasAdd"),
@@ -70,7 +96,9 @@ _LINEAR_TAILS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("add_extra_input",), "LinearAdd"),
     (("bias",), "BasicLinear+Bias"),
 )
-"""Forward tails fused with a BasicLinear (GEMM + epilogue), longest first."""
+"""Forward tails grouped with a BasicLinear, longest first. The group runs the GEMM and its
+members' kernels back to back inside one autograd node (no GEMM epilogue kernel yet); its backward
+fuses Bias + activation into one kernel."""
 
 
 def _group_at(descs: Sequence[OpDesc], i: int, quantized: bool) -> KernelGroup:

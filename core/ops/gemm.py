@@ -12,11 +12,13 @@ copy). With ``x (M, K)``, ``w (N, K)``, ``dy (M, N)`` the three Linear GEMMs are
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
-from ..dtypes import HIGH_PRECISION
+from ..dtypes import ABI_CODES, HIGH_PRECISION, canonical_dtype
 from ..quantized_tensor import QuantizedTensor
-from .opdef import KernelCall, OpDef, TensorSpec, fail, flatten_2d
+from .opdef import KernelCall, OpDef, TensorSpec, dims, fail, flatten_2d, round_up
 from .quantize import ArrayMeta
 
 _OP = "gemm"
@@ -84,15 +86,15 @@ def _validate(a: Any, b: Any, bias: ArrayMeta | None = None, *, a_columnwise: bo
     m, k_a = _logical_dims(a, a_columnwise)
     n, k_b = _logical_dims(b, b_columnwise)
     if k_a != k_b:
-        fail(_OP, ValueError, f"a and b disagree on the contraction dimension: a {tuple(a.shape)} "
-             f"(columnwise={a_columnwise}) gives K={k_a}, b {tuple(b.shape)} (columnwise={b_columnwise}) gives K={k_b}")
+        fail(_OP, ValueError, f"a and b disagree on the contraction dimension: a {dims(a.shape)} "
+             f"(columnwise={a_columnwise}) gives K={k_a}, b {dims(b.shape)} (columnwise={b_columnwise}) gives K={k_b}")
     if out_dtype not in HIGH_PRECISION:
         fail(_OP, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
     if bias is not None:
         if bias.dtype not in HIGH_PRECISION:
             fail(_OP, TypeError, f"bias must be float32, bfloat16 or float16, got {bias.dtype}")
         if tuple(bias.shape) != (n,):
-            fail(_OP, ValueError, f"bias must have shape ({n},), got {tuple(bias.shape)}")
+            fail(_OP, ValueError, f"bias must have shape ({n},), got {dims(bias.shape)}")
 
 
 def _k_major(x: Any, columnwise: bool) -> bool:
@@ -187,6 +189,97 @@ def gemm_operand(data: Any, scale_inv: Any, quantizer: Any, columnwise: bool, am
                            quantizer=quantizer, shape=shape)
 
 
+# ---- CUDA plan and workspace (csrc/abi/gemm_plan.cc decides; core sizes the workspace) ----
+
+GEMM_PATHS = {0: "none", 1: "cpu", 2: "tiled", 3: "cublaslt", 4: "dequant_cublaslt"}
+"""TweGemmPath value -> name (csrc/include/twinengine/gemm.h)."""
+
+GEMM_STAGINGS = {0: "none", 1: "swizzle", 2: "bfloat16", 3: "float32"}
+"""TweGemmStaging value -> name."""
+
+GEMM_EPILOGUES = {0: "direct", 1: "cublas_bias", 2: "bias_add", 3: "staged"}
+"""TweGemmEpilogue value -> name."""
+
+CUBLAS_WORKSPACE_BYTES = 32 * 1024 * 1024
+"""The cuBLASLt part of the workspace (kTweGemmCublasWorkspaceBytes)."""
+
+_WORKSPACE_ALIGN = 256
+_SCALAR_BYTES = 256
+
+
+def _dtype_code(x: Any) -> int:
+    return ABI_CODES[canonical_dtype(x.dtype)]
+
+
+def _nbytes(x: Any) -> int:
+    if x is None:
+        return 0
+    itemsize = {"float32": 4, "bfloat16": 2, "float16": 2}.get(canonical_dtype(x.dtype), 1)
+    return math.prod(tuple(x.shape)) * itemsize
+
+
+def gemm_plan_query(a: Any, b: Any, bias: Any = None, *, a_columnwise: bool = False, b_columnwise: bool = False,
+                    out_dtype: str = "float32", device: str = "cuda", sm: int = 0,
+                    cublaslt_version: int = 0) -> dict[str, int]:
+    """The dispatcher's query (TweGemmPlanQuery fields) for a validated gemm call.
+
+    a, b: ArrayMeta-like descriptions or QuantizedTensors holding the copies the GEMM reads;
+    bias: None or anything with shape/dtype. ``sm`` is the device's compute capability
+    (major·10 + minor), ``cublaslt_version`` what ``twinengine._C.gemm_cublaslt_version()``
+    reports (0 when cuBLASLt cannot be loaded).
+    """
+    call = _infer(a, b, bias, a_columnwise=a_columnwise, b_columnwise=b_columnwise, out_dtype=out_dtype)
+    attrs = call.attr_dict()
+    m, n = call.outputs[0].shape
+    _, k = _logical_dims(a, a_columnwise)
+    query = {"scaling": attrs["scaling"], "out_dtype": ABI_CODES[out_dtype], "has_bias": int(bias is not None),
+             "bias_dtype": _dtype_code(bias) if bias is not None else 0, "a_k_major": attrs["a_k_major"],
+             "b_k_major": attrs["b_k_major"], "a_block_2d": attrs["a_block_2d"], "b_block_2d": attrs["b_block_2d"],
+             "m": m, "n": n, "k": k, "device": {"cpu": 0, "cuda": 1}[device], "sm": sm,
+             "cublaslt_version": cublaslt_version}
+    for name, x, columnwise in (("a", a, a_columnwise), ("b", b, b_columnwise)):
+        if isinstance(x, QuantizedTensor):
+            data, scale_inv, _ = copy_arrays(x, columnwise)
+            query[f"{name}_dtype"] = _dtype_code(data)
+            query[f"{name}_scale_bytes"] = _nbytes(scale_inv)
+        else:
+            query[f"{name}_dtype"] = _dtype_code(x)
+            query[f"{name}_scale_bytes"] = 0
+    return query
+
+
+def _staging_bytes(staging: str, rows: int, k: int, scale_bytes: int) -> int:
+    per_element = {"bfloat16": 2, "float32": 4}.get(staging)
+    if staging == "swizzle":
+        return round_up(scale_bytes, _WORKSPACE_ALIGN)
+    return round_up(rows * k * per_element, _WORKSPACE_ALIGN) if per_element else 0
+
+
+def gemm_workspace_bytes(plan: dict[str, Any], query: dict[str, int]) -> int:
+    """Bytes of CUDA workspace a GEMM plan needs (0 unless cuBLASLt runs).
+
+    Layout (csrc/include/twinengine/gemm.h), each part a multiple of 256 bytes: the cuBLASLt
+    workspace, A's staging (swizzled scales, or dequantized data rows·K·2 / ·4), B's staging,
+    the fp32 (M, N) output staging for a staged epilogue, 256 bytes of device scalars, and
+    256 bytes of slack to align the base pointer.
+    """
+    if GEMM_PATHS[plan["path"]] not in ("cublaslt", "dequant_cublaslt"):
+        return 0
+    total = CUBLAS_WORKSPACE_BYTES
+    total += _staging_bytes(GEMM_STAGINGS[plan["a_staging"]], query["m"], query["k"], query["a_scale_bytes"])
+    total += _staging_bytes(GEMM_STAGINGS[plan["b_staging"]], query["n"], query["k"], query["b_scale_bytes"])
+    if GEMM_EPILOGUES[plan["epilogue"]] == "staged":
+        total += round_up(query["m"] * query["n"] * 4, _WORKSPACE_ALIGN)
+    return total + _SCALAR_BYTES + _WORKSPACE_ALIGN
+
+
+def with_workspace(call: KernelCall, nbytes: int) -> KernelCall:
+    """The call with a uint8 (nbytes,) workspace output appended (none when nbytes is 0): the
+    framework allocates it (torch caching allocator, XLA result buffer), so the kernel's
+    scratch is stream-ordered and stays valid under CUDA-graph capture."""
+    if nbytes <= 0:
+        return call
+    return dataclasses.replace(call, outputs=call.outputs + (TensorSpec("workspace", (nbytes,), "uint8"),))
 # ---- grouped GEMMs (GroupedLinear: G experts, one kernel call per GEMM phase) ------------------
 
 _GROUPED = "grouped_linear"

@@ -10,6 +10,7 @@ torch real impl's allocation and JAX's ``result_shape_dtypes`` all come from tha
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Sequence
 
 Shape = tuple[Any, ...]  # ints, or torch SymInts while tracing with dynamic shapes
@@ -48,6 +49,12 @@ class KernelCall:
     def attr_dict(self) -> dict[str, int | float]:
         return dict(self.attrs)
 
+    @functools.cached_property
+    def memo(self) -> dict[Any, Any]:
+        """Scratch a frontend may fill with data derived from this (immutable) call, such as its
+        packed output views; plans of static arguments are cached, so this lives as long."""
+        return {}
+
 
 @dataclasses.dataclass(frozen=True)
 class OpDef:
@@ -71,6 +78,57 @@ class OpDef:
         """validate(...) then infer(...) on the same arguments."""
         self.validate(*args, **kwargs)
         return self.infer(*args, **kwargs)
+
+    def cached_plan(self, *args: Any, **kwargs: Any) -> KernelCall:
+        """plan(...), cached for static arguments (ArrayMetas of int shapes, quantizers, plain
+        values): an eager call repeating a shape and a quantizer validates and packs once, and
+        returns the same KernelCall (whose ``memo`` then keeps the frontend's packed call).
+        Arguments holding arrays or symbolic shapes are planned afresh every time. For eager
+        paths and real kernel impls; code that torch.compile traces calls ``plan``."""
+        key = _static_key(args + (tuple(sorted(kwargs.items())) if kwargs else ()))
+        key = None if key is None else (self.name, key)
+        if key is not None:
+            call = _PLAN_CACHE.get(key)
+            if call is not None:
+                return call
+        self.validate(*args, **kwargs)
+        call = self.infer(*args, **kwargs)
+        if key is not None:
+            if len(_PLAN_CACHE) >= _PLAN_CACHE_LIMIT:
+                _PLAN_CACHE.clear()
+            _PLAN_CACHE[key] = call
+        return call
+
+
+_PLAN_CACHE: dict[Any, KernelCall] = {}
+_PLAN_CACHE_LIMIT = 4096
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def _static_key(value: Any) -> Any:
+    """A hashable key equal only for equal static values (plain scalars tagged with their type,
+    so True and 1 differ; types with a ``plan_key()`` method, e.g. quantizers and ArrayMetas of
+    int shapes), or None when `value` holds anything else (arrays, SymInts, QuantizedTensors)."""
+    t = type(value)
+    if t in _PLAIN:
+        return (t, value)
+    plan_key = getattr(t, "plan_key", None)
+    if plan_key is not None:
+        return plan_key(value)
+    if t is tuple or t is list:
+        items = []
+        for v in value:
+            k = _static_key(v)
+            if k is None:
+                return None
+            items.append(k)
+        return (t, tuple(items))
+    return None
+
+
+def dims(shape: Sequence[Any]) -> tuple[int, ...]:
+    """A shape as plain ints, for error messages only (call it on the failure path)."""
+    return tuple(int(d) for d in shape)
 
 
 def fail(op: str, exc_type: type[Exception], message: str) -> None:
@@ -100,7 +158,7 @@ def check_array(op: str, name: str, shape: Sequence[Any], dtype: str, *, expect_
     if expect_dtypes is not None and dtype not in expect_dtypes:
         fail(op, TypeError, f"{name} must have dtype {' or '.join(expect_dtypes)}, got {dtype}")
     if expect_shape is not None and tuple(shape) != tuple(expect_shape):
-        fail(op, ValueError, f"{name} must have shape {tuple(expect_shape)}, got {tuple(shape)}")
+        fail(op, ValueError, f"{name} must have shape {dims(expect_shape)}, got {dims(shape)}")
 
 
 def check_device(op: str, name: str, device_type: str, supported: Sequence[str]) -> None:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from ..dtypes import HIGH_PRECISION
+from ..dtypes import ABI_CODES, HIGH_PRECISION
 from ..quantized_tensor import QuantizedTensor
-from .opdef import KernelCall, OpDef, TensorSpec, fail, round_up
+from .opdef import KernelCall, OpDef, TensorSpec, dims, fail, round_up
 
 MAP_TYPES = {"index": 0, "mask": 1}
 """map_type name -> TweMapType code."""
@@ -27,6 +27,39 @@ ROUTING_DTYPES = {"index": ("int32",), "mask": ("uint8", "int32")}
 """Kernel dtypes of a routing map (frontends view a bool mask as uint8 first)."""
 
 _MAX_ROWS = 2**31 - 1  # row ids are int32
+
+MOVABLE_DTYPES = tuple(ABI_CODES)
+"""dtypes whose rows the permutation kernels move as bytes (plain inputs and quantized fields)."""
+
+FRONTEND_ROUTING_DTYPES = {"index": ("int32", "int64"), "mask": ("bool", "uint8", "int32", "int64")}
+"""routing_map dtypes the public functions take: bool masks are viewed as uint8 and int64 maps
+(what ``torch.topk`` / ``jax.lax.top_k`` with x64 / ``one_hot`` return) converted to int32
+before the kernels see them (ROUTING_DTYPES)."""
+
+
+def check_routing_map(op: str, map_type: str, routing_map: Any) -> None:
+    """The frontends' first check of a routing map, before they read its values or convert it.
+
+    Raises:
+        ValueError: unknown map_type, or a routing map that is not 2-D.
+        TypeError: a dtype outside FRONTEND_ROUTING_DTYPES.
+    """
+    _check_map_type(op, map_type)
+    _check_2d(op, "routing_map", routing_map)
+    if routing_map.dtype not in FRONTEND_ROUTING_DTYPES[map_type]:
+        fail(op, TypeError, f"a {map_type} routing_map must have dtype "
+             f"{' or '.join(FRONTEND_ROUTING_DTYPES[map_type])}, got {routing_map.dtype}")
+
+
+def check_sort_chunks_probs(op: str, probs: Any, num_rows: Any) -> None:
+    """probs of sort_chunks_by_index_with_probs: high precision, one value per row of inp.
+
+    Raises:
+        TypeError: not float32 / bfloat16 / float16. ValueError: not of shape (num_rows,).
+    """
+    _check_hp(op, "probs", probs)
+    if tuple(probs.shape) != (num_rows,):
+        fail(op, ValueError, f"probs must have shape ({num_rows},) (one per row of inp), got {dims(probs.shape)}")
 
 
 def _check_map_type(op: str, map_type: str) -> None:
@@ -41,7 +74,7 @@ def _check_hp(op: str, name: str, meta: Any) -> None:
 
 def _check_2d(op: str, name: str, meta: Any) -> None:
     if len(meta.shape) != 2:
-        fail(op, ValueError, f"{name} must be 2-D, got shape {tuple(meta.shape)}")
+        fail(op, ValueError, f"{name} must be 2-D, got shape {dims(meta.shape)}")
 
 
 def _attrs(map_type: str, num_tokens: Any, num_slots: Any, num_out_tokens: Any) -> tuple[tuple[str, Any], ...]:
@@ -85,7 +118,7 @@ def _check_probs(op: str, name: str, probs: Any, num_tokens: Any, num_slots: Any
     what = "topK" if map_type == "index" else "num_experts"
     if tuple(probs.shape) != (num_tokens, num_slots):
         fail(op, ValueError, f"{name} must have shape ({num_tokens}, {num_slots}) = (num_tokens, {what}), "
-             f"got {tuple(probs.shape)}")
+             f"got {dims(probs.shape)}")
 
 
 # ---- sizes and eager value checks ----------------------------------------------------------
@@ -125,6 +158,8 @@ def check_routing_values(op: str, map_type: str, min_value: int, max_value: int)
     """
     if map_type == "index" and min_value < 0:
         fail(op, ValueError, f"routing_map holds expert id {min_value}; expert ids must be >= 0")
+    if map_type == "index" and max_value > _MAX_ROWS:
+        fail(op, ValueError, f"routing_map holds expert id {max_value}; expert ids must be < 2**31")
     if map_type == "mask" and (min_value < 0 or max_value > 1):
         bad = min_value if min_value < 0 else max_value
         fail(op, ValueError, f"a mask routing_map must hold only 0 and 1, found {bad}")
@@ -156,7 +191,7 @@ def unpermute_num_tokens(op: str, map_type: str, y: Any, row_id_map: Any, mergin
     """
     _check_map_type(op, map_type)
     if len(y.shape) != 2:
-        fail(op, ValueError, f"inp must be 2-D (num_out_tokens, hidden), got shape {tuple(y.shape)}")
+        fail(op, ValueError, f"inp must be 2-D (num_out_tokens, hidden), got shape {dims(y.shape)}")
     rows = None
     if restore_shape is not None:
         restore_shape = tuple(restore_shape)
@@ -167,7 +202,7 @@ def unpermute_num_tokens(op: str, map_type: str, y: Any, row_id_map: Any, mergin
             rows = rows * dim
     if map_type == "mask":
         if len(row_id_map.shape) != 2:
-            fail(op, ValueError, f"a mask-map row_id_map must be 2-D, got shape {tuple(row_id_map.shape)}")
+            fail(op, ValueError, f"a mask-map row_id_map must be 2-D, got shape {dims(row_id_map.shape)}")
         if rows is not None and rows != row_id_map.shape[0]:
             fail(op, ValueError, f"restore_shape {restore_shape} does not hold the {row_id_map.shape[0]} tokens "
                  "of row_id_map")
@@ -192,7 +227,7 @@ def _validate_row_id_map(routing_map: Any, num_out_tokens: Any, map_type: str) -
     tokens, slots = routing_map.shape
     if tokens < 0 or slots < 1:
         fail(op, ValueError, "routing_map must have at least one slot, got shape "
-             f"{tuple(routing_map.shape)}")
+             f"{dims(routing_map.shape)}")
     if tokens * slots > _MAX_ROWS or num_out_tokens > _MAX_ROWS:
         fail(op, ValueError, "row ids are int32: num_tokens * slots and num_out_tokens must be < 2**31")
     if num_out_tokens < 0:
@@ -231,10 +266,10 @@ def _validate_chunk_map(split_sizes: Any, sorted_index: Any, num_tokens: Any) ->
     op = "moe_sort_chunks_by_index"
     for name, meta in (("split_sizes", split_sizes), ("sorted_index", sorted_index)):
         if meta.dtype != "int32" or len(meta.shape) != 1:
-            fail(op, TypeError, f"{name} must be a 1-D int32 array, got {meta.dtype} of shape {tuple(meta.shape)}")
+            fail(op, TypeError, f"{name} must be a 1-D int32 array, got {meta.dtype} of shape {dims(meta.shape)}")
     if tuple(split_sizes.shape) != tuple(sorted_index.shape):
         fail(op, ValueError, f"split_sizes and sorted_index must have the same length, got "
-             f"{tuple(split_sizes.shape)} and {tuple(sorted_index.shape)}")
+             f"{dims(split_sizes.shape)} and {dims(sorted_index.shape)}")
     if num_tokens < 0 or num_tokens > _MAX_ROWS:
         fail(op, ValueError, f"inp must have between 0 and 2**31 - 1 rows, got {num_tokens}")
 
@@ -262,11 +297,14 @@ def _validate_permute(inp: Any, row_id_map: Any, probs: Any, num_tokens: Any, nu
                       out_rows: Any = None) -> None:
     op = "moe_permute"
     _check_map_type(op, map_type)
+    if inp.dtype not in MOVABLE_DTYPES:
+        fail(op, TypeError, f"inp must have dtype {', '.join(MOVABLE_DTYPES)} (rows are moved as bytes), "
+             f"got {inp.dtype}")
     if len(inp.shape) != 2:
-        fail(op, ValueError, f"inp must be 2-D (num_tokens, hidden), got shape {tuple(inp.shape)}")
+        fail(op, ValueError, f"inp must be 2-D (num_tokens, hidden), got shape {dims(inp.shape)}")
     if inp.shape[0] != num_tokens and (out_rows is None or inp.shape[0] < num_tokens):
         fail(op, ValueError, f"inp must have {num_tokens} rows (one per token of the routing map), "
-             f"got shape {tuple(inp.shape)}")
+             f"got shape {dims(inp.shape)}")
     slots = num_slots_of(op, map_type, row_id_map, num_tokens)
     _check_probs(op, "probs", probs, num_tokens, slots, map_type)
     if num_out_tokens < 0 or (out_rows is not None and out_rows < num_out_tokens):
@@ -311,7 +349,7 @@ def _validate_permute_bwd(grad_out: Any, row_id_map: Any, grad_permuted_probs: A
         _check_hp(op, "grad_permuted_probs", grad_permuted_probs)
         if tuple(grad_permuted_probs.shape) != (grad_out.shape[0],):
             fail(op, ValueError, f"grad_permuted_probs must have shape ({grad_out.shape[0]},), "
-                 f"got {tuple(grad_permuted_probs.shape)}")
+                 f"got {dims(grad_permuted_probs.shape)}")
 
 
 def _infer_permute_bwd(grad_out: Any, row_id_map: Any, grad_permuted_probs: Any, num_tokens: Any,
@@ -381,7 +419,7 @@ def _validate_unpermute_bwd(grad_out: Any, y: Any, row_id_map: Any, merging_prob
     _check_hp(op, "the gradient of the unpermuted output", grad_out)
     if grad_out.dtype != y.dtype or len(grad_out.shape) != 2 or grad_out.shape[1] != y.shape[1]:
         fail(op, ValueError, f"grad_out must be {y.dtype} (num_tokens, {y.shape[1]}), got {grad_out.dtype} "
-             f"{tuple(grad_out.shape)}")
+             f"{dims(grad_out.shape)}")
     slots = num_slots_of(op, map_type, row_id_map, grad_out.shape[0])
     _check_probs(op, "merging_probs", merging_probs, grad_out.shape[0], slots, map_type)
 
@@ -602,7 +640,7 @@ def check_quantized_input(op: str, qt: QuantizedTensor) -> None:
     if qt.rowwise_data is None or qt.rowwise_scale_inv is None:
         fail(op, ValueError, "the QuantizedTensor's rowwise_data / rowwise_scale_inv are missing")
     if len(qt.shape) != 2:
-        fail(op, ValueError, f"inp must be 2-D (num_tokens, hidden), got shape {tuple(qt.shape)}")
+        fail(op, ValueError, f"inp must be 2-D (num_tokens, hidden), got shape {dims(qt.shape)}")
 
 
 def reject_quantized(op: str) -> None:

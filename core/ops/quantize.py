@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from ..dtypes import FP8_DTYPES, HIGH_PRECISION
-from ..quantized_tensor import QuantizedTensor
+from ..dtypes import FP8_DTYPES, HIGH_PRECISION, canonical_dtype
+from ..quantized_tensor import ARRAY_FIELDS, QuantizedTensor
 from ..quantizers import (
     Float8BlockQuantizer,
     Float8CurrentScalingQuantizer,
@@ -19,7 +19,7 @@ from ..quantizers import (
     NVFP4Quantizer,
     Quantizer,
 )
-from .opdef import KernelCall, OpDef, Shape, TensorSpec, ceil_div, fail, flatten_2d, round_up
+from .opdef import KernelCall, OpDef, Shape, TensorSpec, ceil_div, dims, fail, flatten_2d, round_up
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +28,13 @@ class ArrayMeta:
 
     shape: Shape
     dtype: str
+
+    def plan_key(self) -> "ArrayMeta | None":
+        """Itself as a plan-cache key when its shape is static (ints, not SymInts); else None."""
+        for d in self.shape:
+            if type(d) is not int:
+                return None
+        return self if type(self.dtype) is str else None
 
 
 _FP8_FORMAT_CODES = {"e4m3": 0, "e5m2": 1}
@@ -57,12 +64,12 @@ def _validate_quantize(x: ArrayMeta, quantizer: Quantizer, scale: ArrayMeta | No
         fail(op, ValueError, "x must have rank >= 1, got a 0-d array")
     rows, cols = flatten_2d(x.shape)
     if rows * cols == 0:
-        fail(op, ValueError, f"x must not be empty, got shape {tuple(x.shape)}")
+        fail(op, ValueError, f"x must not be empty, got shape {dims(x.shape)}")
     if isinstance(quantizer, Float8DelayedScalingQuantizer):
         if scale is None:
             fail(op, ValueError, "Float8DelayedScalingQuantizer needs scale= (a float32 array of shape (1,))")
         if scale.dtype != "float32" or tuple(scale.shape) != (1,):
-            fail(op, ValueError, f"scale must be float32 of shape (1,), got {scale.dtype} {tuple(scale.shape)}")
+            fail(op, ValueError, f"scale must be float32 of shape (1,), got {scale.dtype} {dims(scale.shape)}")
     elif scale is not None:
         fail(op, ValueError, f"scale= is only used by Float8DelayedScalingQuantizer, not {type(quantizer).__name__}")
     _validate_rng(op, quantizer, rng)
@@ -87,7 +94,7 @@ def _got_shape(x: ArrayMeta) -> str:
     """The shape part of a divisibility error. Call it only on failure: formatting symbolic sizes
     would specialize them under torch.compile(dynamic=True)."""
     rows, cols = flatten_2d(x.shape)
-    return f"got x of shape {tuple(x.shape)} -> (R, K) = ({rows}, {cols})"
+    return f"got x of shape {dims(x.shape)} -> (R, K) = ({int(rows)}, {int(cols)})"
 
 
 def _validate_rng(op: str, quantizer: Quantizer, rng: ArrayMeta | None) -> None:
@@ -102,7 +109,7 @@ def _validate_rng(op: str, quantizer: Quantizer, rng: ArrayMeta | None) -> None:
     if rng.dtype not in RNG_DTYPES:
         fail(op, TypeError, f"rng must have dtype uint32, int32 or int64, got {rng.dtype}")
     if tuple(rng.shape) != (2,):
-        fail(op, ValueError, f"rng must have shape (2,) ([seed, offset]), got {tuple(rng.shape)}")
+        fail(op, ValueError, f"rng must have shape (2,) ([seed, offset]), got {dims(rng.shape)}")
 
 
 def _two_d(quantizer: Quantizer) -> bool:
@@ -191,6 +198,25 @@ def _nvfp4_outputs(x: ArrayMeta, q: NVFP4Quantizer) -> tuple[TensorSpec, ...]:
     return tuple(specs)
 
 
+def scale_extent(quantizer: Quantizer, shape: Sequence[int], columnwise: bool) -> tuple[int, ...]:
+    """The used (unpadded) part of one copy's scale_inv: its leading corner; the rest of the
+    padded array (MXFP8 / NVFP4 (128, 4) padding, FP8-block multiples of 4) is zero
+    (NUMERICS.md §5–§7). Per-tensor formats: (1,), no padding."""
+    rows, cols = flatten_2d(tuple(shape))
+    mode = quantizer.scaling_mode
+    if mode in ("fp8_current", "fp8_delayed"):
+        return (1,)
+    if mode == "mxfp8":
+        return (rows // 32, cols) if columnwise else (rows, cols // 32)
+    if mode == "nvfp4":
+        return (cols, ceil_div(rows, 16)) if columnwise else (rows, ceil_div(cols, 16))
+    if columnwise:
+        rows, cols = cols, rows
+    if _two_d(quantizer):
+        return (ceil_div(rows, 128), ceil_div(cols, 128))
+    return (ceil_div(cols, 128), rows)
+
+
 # scaling_mode -> (kernel op, input names, output-spec function). Keyed by the quantizer's
 # scaling_mode string (not its type) so that torch.compile traces the lookup. An rng array,
 # when given (stochastic rounding), is appended to the inputs.
@@ -230,6 +256,46 @@ Shapes: x any rank >= 1, flattened to (R, K). Outputs per quantizer as NUMERICS.
 Dtypes: x float32 / bfloat16 / float16 (bfloat16 for NVFP4 with_rht and columnwise usage);
     rng per RNG_DTYPES (NVFP4 with stochastic_rounding only).
 """
+
+
+def quantized_layout(quantizer: Quantizer, shape: Sequence[Any], dtype: str) -> tuple[TensorSpec, ...]:
+    """The arrays ``quantize`` returns for an input of `shape` and `dtype`: name, shape, dtype
+    of each present QuantizedTensor field, in kernel output order. What ``make_empty``
+    allocates and ``quantize_`` checks its buffers against (one source: QUANTIZE's plan).
+
+    Raises:
+        TypeError / ValueError: as ``quantize`` for that input (dtype, rank, divisibility).
+    """
+    scale = ArrayMeta((1,), "float32") if getattr(quantizer, "scaling_mode", "") == "fp8_delayed" else None
+    rng = ArrayMeta((2,), "int64") if getattr(quantizer, "stochastic_rounding", False) else None
+    return QUANTIZE.plan(ArrayMeta(tuple(shape), dtype), quantizer, scale, rng).outputs
+
+
+def validate_quantize_into(out: QuantizedTensor, x: ArrayMeta, scale: ArrayMeta | None = None,
+                           rng: ArrayMeta | None = None) -> KernelCall:
+    """Checks for ``quantize_(out, x)``: `out` holds exactly the arrays ``quantize(x,
+    out.quantizer)`` would return (same names, shapes, dtypes) and was made for x's shape and
+    dtype; returns the planned kernel call that writes them."""
+    op = "quantize_"
+    if not isinstance(out, QuantizedTensor):
+        fail(op, TypeError, f"out must be a twinengine QuantizedTensor (see make_empty), got {type(out).__name__}")
+    if tuple(out.shape) != tuple(x.shape) or out.dtype != x.dtype:
+        fail(op, ValueError, f"out was made for an input of shape {tuple(out.shape)} and dtype {out.dtype}, "
+             f"got x of shape {tuple(x.shape)} and dtype {x.dtype}")
+    call = QUANTIZE.plan(x, out.quantizer, scale, rng)
+    expected = {spec.name for spec in call.outputs}
+    for name in ARRAY_FIELDS:
+        if getattr(out, name) is not None and name not in expected:
+            fail(op, ValueError, f"out.{name} is set, but {out.quantizer!r} does not write it")
+    for spec in call.outputs:
+        array = getattr(out, spec.name)
+        if array is None:
+            fail(op, ValueError, f"out.{spec.name} is missing; {out.quantizer!r} writes it")
+        dtype = canonical_dtype(array.dtype)
+        if tuple(array.shape) != tuple(spec.shape) or dtype != spec.dtype:
+            fail(op, ValueError, f"out.{spec.name} must have shape {tuple(spec.shape)} and dtype {spec.dtype}, "
+                 f"got {tuple(array.shape)} {dtype}")
+    return call
 
 
 # ---- dequantize -------------------------------------------------------------------------
@@ -273,6 +339,26 @@ def _validate_dequantize(qt: QuantizedTensor, out_dtype: str, columnwise: bool =
     if _DEQUANTIZE_KERNELS[quantizer.scaling_mode][1] and getattr(qt, _amax_field(columnwise)) is None:
         fail(op, ValueError, f"the QuantizedTensor's {_amax_field(columnwise)} (the global amax of its {usage} "
              "copy) is missing")
+    _check_layout(op, qt, (data, scale_inv, _amax_field(columnwise)))
+
+
+def _check_layout(op: str, qt: QuantizedTensor, names: Sequence[str]) -> None:
+    """The arrays of `qt` named in `names` must have the shapes and dtypes a quantize of an input
+    of shape qt.shape gives (NUMERICS.md §4-§7 layouts), so that no kernel reads out of bounds."""
+    shape = tuple(qt.shape)
+    if len(shape) < 1:
+        fail(op, ValueError, f"the QuantizedTensor's shape must have rank >= 1, got {shape}")
+    expected = {spec.name: spec for spec in _QUANTIZE_KERNELS[qt.quantizer.scaling_mode][2](
+        ArrayMeta(shape, "float32"), qt.quantizer)}
+    for name in names:
+        array, spec = getattr(qt, name), expected.get(name)
+        if spec is None or not (hasattr(array, "shape") and hasattr(array, "dtype")):
+            continue  # absent (checked above), or not an array (shape-only planning)
+        dtype = canonical_dtype(array.dtype)
+        if tuple(array.shape) != tuple(spec.shape) or dtype != spec.dtype:
+            fail(op, ValueError, f"the QuantizedTensor's {name} has shape {dims(array.shape)} and dtype {dtype}, "
+                 f"but a {type(qt.quantizer).__name__} of an input of shape {shape} gives {dims(spec.shape)} "
+                 f"{spec.dtype}; the arrays do not belong to this shape / quantizer")
 
 
 def _infer_dequantize(qt: QuantizedTensor, out_dtype: str, columnwise: bool = False) -> KernelCall:
@@ -310,11 +396,11 @@ def _validate_update(amax_history: ArrayMeta, scale: ArrayMeta, fp8_dtype: str, 
         fail(op, TypeError, f"amax_history and scale must be float32, got {amax_history.dtype} and {scale.dtype}")
     if len(amax_history.shape) not in (1, 2) or amax_history.shape[0] < 1:
         fail(op, ValueError, "amax_history must have shape (history_len,) or (history_len, slots) with "
-             f"history_len >= 1, got {tuple(amax_history.shape)}")
+             f"history_len >= 1, got {dims(amax_history.shape)}")
     slots = amax_history.shape[1] if len(amax_history.shape) == 2 else 1
     if len(scale.shape) != 1 or scale.shape[0] != slots:
         fail(op, ValueError, f"scale must have shape ({slots},) to match amax_history "
-             f"{tuple(amax_history.shape)}, got {tuple(scale.shape)}")
+             f"{dims(amax_history.shape)}, got {dims(scale.shape)}")
     if fp8_dtype not in _FP8_FORMAT_CODES:
         fail(op, ValueError, f"fp8_dtype must be 'e4m3' or 'e5m2', got {fp8_dtype!r}")
     if type(margin) is not int or not 0 <= margin <= 64:
@@ -344,6 +430,35 @@ UPDATE_DELAYED_SCALING = OpDef(
 )
 """update_delayed_scaling(amax_history, scale, fp8_dtype, margin, amax_compute_algo)
 -> (new_amax_history, new_scale), NUMERICS.md §3 per slot (column)."""
+
+
+# ---- recording an amax into the history -----------------------------------------------
+
+RECORD_AMAX_RULE = """record_amax(H, a), per slot: H[0] becomes ``a`` when neither is NaN and ``a`` is above H[0]
+in the fp32 order (subnormals kept, -0.0 below +0.0); otherwise H[0] is kept (a NaN amax is
+skipped, a NaN already in H[0] stays); rows 1.. are unchanged (NUMERICS.md §3 quantize step: ``H[0] = max(H[0], max|x|)`` with
+every amax NaN-skipping). Both frontends compute it on the fp32 bit patterns as int32 (a float
+comparison would flush subnormal amaxes to zero where the runtime sets FTZ/DAZ, as XLA's CPU
+threads do): the order key of bits ``b`` is ``b`` for ``b >= 0`` and ``b ^ 0x7FFFFFFF`` for
+``b < 0``, NaN is ``(b & 0x7FFFFFFF) > 0x7F800000``."""
+
+F32_ABS_MASK = 0x7FFFFFFF
+F32_INF_BITS = 0x7F800000
+
+
+def validate_record_amax(amax_history: ArrayMeta, amax: ArrayMeta) -> None:
+    op = "record_amax"
+    if amax_history.dtype != "float32" or amax.dtype != "float32":
+        fail(op, TypeError, f"amax_history and amax must be float32, got {amax_history.dtype} and {amax.dtype}")
+    if len(amax_history.shape) not in (1, 2) or amax_history.shape[0] < 1:
+        fail(op, ValueError, "amax_history must have shape (history_len,) or (history_len, slots) with "
+             f"history_len >= 1, got {dims(amax_history.shape)}")
+    slots = amax_history.shape[1] if len(amax_history.shape) == 2 else 1
+    size = 1
+    for dim in amax.shape:
+        size = size * dim
+    if size != slots:
+        fail(op, ValueError, f"amax must hold one value per history slot ({slots}), got shape {dims(amax.shape)}")
 
 
 def array_meta(shape: Sequence[Any], dtype: str) -> ArrayMeta:

@@ -30,7 +30,7 @@ TweStatus check_input(const TweTensorView* x, const TweActivationParams* p, Acti
   const int64_t k = cols(*x);
   const bool gated = numerics::activation_is_gated(kind);
   if (gated && k % 2 != 0) return fail(kTweInvalidArgument, "a gated activation needs an even last dimension");
-  *args = ActivationArgs{x, nullptr, nullptr, kind, p->limit, p->alpha, rows(*x), k, nullptr};
+  *args = ActivationArgs{x, nullptr, nullptr, nullptr, kind, p->limit, p->alpha, rows(*x), k, nullptr};
   *out_cols = gated ? k / 2 : k;
   return kTweSuccess;
 }
@@ -47,17 +47,30 @@ TweStatus forward(const TweTensorView* x, TweTensorView* y, const TweActivationP
   return run_on_device(x->device, args, TWE_DEVICE_FNS(activation_forward));
 }
 
+/*! Checks a backward call; `dbias` (optional) is the fused bias gradient (K,) of any high-precision dtype. */
+TweStatus check_backward(const TweTensorView* dy, const TweTensorView* x, TweTensorView* dx,
+                         const TweActivationParams* p, TweTensorView* dbias, void* stream, ActivationArgs* args) {
+  int64_t out_cols;
+  TweStatus st = check_input(x, p, args, &out_cols);
+  if (st) return st;
+  if ((st = check_view_allow_empty(dy, "dy", x->dtype, args->rows, out_cols, x->device))) return st;
+  if ((st = check_view_allow_empty(dx, "dx", x->dtype, args->rows, args->cols, x->device))) return st;
+  if (dbias != nullptr) {
+    if (!is_high_precision(dbias->dtype)) return fail(kTweInvalidArgument, "dbias must be float32, bfloat16 or float16");
+    if ((st = check_view_allow_empty(dbias, "dbias", dbias->dtype, -1, args->cols, x->device))) return st;
+  }
+  args->dy = dy;
+  args->out = dx;
+  args->dbias = dbias;
+  args->stream = stream;
+  return kTweSuccess;
+}
+
 TweStatus backward(const TweTensorView* dy, const TweTensorView* x, TweTensorView* dx, const TweActivationParams* p,
                    void* stream) {
   ActivationArgs args;
-  int64_t out_cols;
-  TweStatus st = check_input(x, p, &args, &out_cols);
+  TweStatus st = check_backward(dy, x, dx, p, nullptr, stream, &args);
   if (st) return st;
-  if ((st = check_view_allow_empty(dy, "dy", x->dtype, args.rows, out_cols, x->device))) return st;
-  if ((st = check_view_allow_empty(dx, "dx", x->dtype, args.rows, args.cols, x->device))) return st;
-  args.dy = dy;
-  args.out = dx;
-  args.stream = stream;
   if (args.rows * args.cols == 0) return kTweSuccess;
   return run_on_device(x->device, args, TWE_DEVICE_FNS(activation_backward));
 }
@@ -92,6 +105,18 @@ TweStatus twe_activation_backward(const TweTensorView* dy, const TweTensorView* 
 
 TweStatus twe_activation_backward_dbias(const TweTensorView* dy, const TweTensorView* x, TweTensorView* dx,
                                         TweTensorView* dbias, const TweActivationParams* params, void* stream) {
+  // CPU: one kernel computes dx and its canonical column sums (the same bytes as the two kernels
+  // below). CUDA: the activation kernel, then the bias-gradient kernel on its output.
+  if (x != nullptr && x->device == kTweCPU && dbias != nullptr && dbias->data != nullptr) {
+    ActivationArgs args;
+    const TweStatus st = check_backward(dy, x, dx, params, dbias, stream, &args);
+    if (st) return st;
+    const auto no_cuda = [](const ActivationArgs&) {
+      return fail(kTweInternalError, "the fused CPU activation backward was dispatched for a CUDA view");
+    };
+    const TweStatus run = run_on_device(kTweCPU, args, cpu::activation_backward_dbias, no_cuda);
+    return run ? run : succeed();
+  }
   const TweStatus st = backward(dy, x, dx, params, stream);
   if (st) return st;
   return twe_bias_grad(dx, dbias, stream);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "internal/gemm.h"
+#include "internal/gemm_swizzle.h"
 
 namespace twe {
 namespace {
@@ -171,7 +172,7 @@ using namespace twe;
 extern "C" {
 
 TweStatus twe_gemm(const TweGemmOperand* a, const TweGemmOperand* b, const TweTensorView* bias, TweTensorView* out,
-                   const TweGemmParams* params, void* stream) {
+                   TweTensorView* workspace, const TweGemmParams* params, void* stream) {
   if (!params) return fail(kTweInvalidArgument, "params must not be NULL");
   if (!present(out)) return fail(kTweInvalidArgument, "out is missing");
   if (!is_high_precision(out->dtype)) {
@@ -204,7 +205,12 @@ TweStatus twe_gemm(const TweGemmOperand* a, const TweGemmOperand* b, const TweTe
     if (!is_high_precision(bias->dtype)) return fail(kTweInvalidArgument, "bias must be float32, bfloat16 or float16");
     if ((st = check_view(bias, "bias", bias->dtype, -1, n, dev))) return st;
   }
-  GemmArgs args{a, b, has_bias ? bias : nullptr, out, scaling, m, n, ka, stream};
+  const bool has_workspace = present(workspace);
+  if (has_workspace) {
+    if (workspace->device != dev) return fail(kTweInvalidArgument, "workspace is on a different device than out");
+    if (workspace->dtype != kTweUInt8) return fail(kTweInvalidArgument, "workspace must be uint8");
+  }
+  GemmArgs args{a, b, has_bias ? bias : nullptr, out, scaling, m, n, ka, stream, has_workspace ? workspace : nullptr};
   st = run_on_device(dev, args, TWE_DEVICE_FNS(gemm));
   return st ? st : succeed();
 }
@@ -219,6 +225,41 @@ TweStatus twe_grouped_gemm_wgrad(const TweTensorView* a, const TweTensorView* a_
                                  const TweTensorView* b_scale_inv, const TweTensorView* m_splits, TweTensorView* out,
                                  const TweGroupedGemmParams* params, void* stream) {
   return grouped_gemm_checked(a, a_scale_inv, b, b_scale_inv, m_splits, nullptr, out, params, true, stream);
+}
+
+TweStatus twe_gemm_swizzle_scales(const TweTensorView* in, TweTensorView* out, const TweGemmSwizzleParams* params,
+                                  void* stream) {
+  if (!params) return fail(kTweInvalidArgument, "params must not be NULL");
+  if (!present(in) || !present(out)) return fail(kTweInvalidArgument, "in and out must be present");
+  if (in->dtype != kTweUInt8 || out->dtype != kTweUInt8) return fail(kTweInvalidArgument, "scales must be uint8");
+  if (in->device != out->device) return fail(kTweInvalidArgument, "in and out are on different devices");
+  if (numel(*in) != numel(*out)) {
+    return fail(kTweInvalidArgument, "in " + shape_string(*in) + " and out " + shape_string(*out) +
+                                         " must have the same number of scales");
+  }
+  const TweTensorView& compact = params->inverse ? *out : *in;
+  if (compact.ndim != 2) {
+    return fail(kTweInvalidArgument, "the compact scales must be 2-D, got " + shape_string(compact));
+  }
+  const bool transposed = params->transposed != 0;
+  const int64_t rows = transposed ? compact.shape[1] : compact.shape[0];
+  const int64_t blocks = transposed ? compact.shape[0] : compact.shape[1];
+  if (rows % kSwizzleTileRows != 0 || blocks % kSwizzleTileCols != 0) {
+    return fail(kTweInvalidArgument, "the compact scales " + shape_string(compact) + " must be padded to " +
+                                         (transposed ? std::string("(4k, 128k)") : std::string("(128k, 4k)")) +
+                                         " for the 128x4 tiled layout");
+  }
+  SwizzleArgs args{in, out, rows, blocks, transposed, params->inverse != 0, stream};
+  const TweStatus st = run_on_device(in->device, args, TWE_DEVICE_FNS(gemm_swizzle_scales));
+  return st ? st : succeed();
+}
+
+int64_t twe_gemm_cublaslt_version(void) {
+#ifdef TWE_WITH_CUDA
+  return cuda::cublaslt_version();
+#else
+  return 0;
+#endif
 }
 
 }  // extern "C"

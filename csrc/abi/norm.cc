@@ -1,11 +1,7 @@
 // C ABI of the norm family: argument checks, dispatch to the CPU or CUDA kernels, then the fused
 // quantization of y through the quantize family's own entry points (same bytes by construction).
-// On the CPU, MXFP8 (whose blocks never span more than 32 rows) runs norm and quantize block by
-// block of rows, so each block of y is quantized while it is still in cache.
-#include <cmath>
 #include <string>
 
-#include "internal/cpu.h"
 #include "internal/norm.h"
 
 namespace twe {
@@ -67,85 +63,8 @@ TweStatus quantize_output(const TweTensorView* y, const TweNormQuantize* q, void
   }
 }
 
-/*! Rows [row0, row0 + nrows) of `v` flattened to 2-D (rows, cols), as a 2-D view. */
-TweTensorView row_block(const TweTensorView& v, int64_t row0, int64_t nrows) {
-  TweTensorView out = v;
-  const int64_t width = cols(v);
-  out.ndim = 2;
-  out.shape[0] = nrows;
-  out.shape[1] = width;
-  out.data = static_cast<char*>(v.data) + row0 * width * element_size(v.dtype);
-  return out;
-}
-
-/*! Elements [first, first + n) of `v` (any shape, contiguous), as a 1-D view. */
-TweTensorView flat_block(const TweTensorView& v, int64_t first, int64_t n) {
-  TweTensorView out = v;
-  out.ndim = 1;
-  out.shape[0] = n;
-  out.data = static_cast<char*>(v.data) + first * element_size(v.dtype);
-  return out;
-}
-
-/*! The MXFP8 outputs of y's rows [row0, row0 + nrows), row0 a multiple of 128: data rows, and the
- *  scale rows of those rows (rowwise: one per row, columnwise: one per 32 rows) plus, for the last
- *  block, the padding rows after them — exactly what the whole-tensor call writes there. */
-TweQuantizedTensor mxfp8_block(const TweQuantizedTensor& q, int64_t row0, int64_t nrows) {
-  TweQuantizedTensor out{};
-  if (present(&q.rowwise_data)) {
-    out.rowwise_data = row_block(q.rowwise_data, row0, nrows);
-    out.rowwise_scale_inv = row_block(q.rowwise_scale_inv, row0, round_up(nrows, 128));
-  }
-  if (present(&q.columnwise_data)) {
-    out.columnwise_data = row_block(q.columnwise_data, row0, nrows);
-    out.columnwise_scale_inv = row_block(q.columnwise_scale_inv, row0 / 32, round_up(nrows / 32, 4));
-  }
-  return out;
-}
-
-/*! Whether the MXFP8 outputs have the whole tensor's layout (else the whole-tensor call reports it). */
-bool mxfp8_outputs_match(const TweQuantizedTensor& q, int64_t r, int64_t k) {
-  auto has = [](const TweTensorView& v, int64_t rows_, int64_t cols_) {
-    return present(&v) && v.ndim >= 2 && rows(v) == rows_ && cols(v) == cols_;
-  };
-  const bool row = present(&q.rowwise_data), col = present(&q.columnwise_data);
-  if (!row && !col) return false;
-  if (row && !(has(q.rowwise_data, r, k) && has(q.rowwise_scale_inv, round_up(r, 128), round_up(k / 32, 4)))) {
-    return false;
-  }
-  return !col || (has(q.columnwise_data, r, k) && has(q.columnwise_scale_inv, round_up(r / 32, 4), round_up(k, 128)));
-}
-
-/*! CPU norm + MXFP8 block by block of rows, each block quantized right after it is normalized (the
- *  bytes of the whole-tensor call: MXFP8 blocks lie within 32 rows). Returns false, doing nothing,
- *  where the whole-tensor path applies (CUDA, other formats, one block, a layout to report). */
-bool run_fwd_blocked_mxfp8(const NormFwdArgs& args, const TweNormQuantize* q, TweStatus* status) {
-  const int64_t r = args.rows, k = args.cols;
-  if (args.x->device != kTweCPU || !q || q->mode != kTweNormQuantizeMXFP8 || r % 32 != 0 || k % 32 != 0) return false;
-  const int64_t block = cpu::parallel_block_rows(k, 128);
-  if (block >= r || !mxfp8_outputs_match(*q->output, r, k)) return false;
-  for (int64_t row0 = 0; row0 < r; row0 += block) {
-    const int64_t n = std::min(block, r - row0);
-    TweTensorView x = row_block(*args.x, row0, n), y = row_block(*args.y, row0, n);
-    TweTensorView rstd = flat_block(*args.rstd, row0, n), mu = args.mu ? flat_block(*args.mu, row0, n) : TweTensorView{};
-    NormFwdArgs b = args;
-    b.x = &x;
-    b.y = &y;
-    b.mu = args.mu ? &mu : nullptr;
-    b.rstd = &rstd;
-    b.rows = n;
-    TweQuantizedTensor out = mxfp8_block(*q->output, row0, n);
-    if ((*status = run_on_device(kTweCPU, b, TWE_DEVICE_FNS(norm_fwd)))) return true;
-    if ((*status = twe_quantize_mxfp8(&y, &out, &q->params, args.stream))) return true;
-  }
-  *status = succeed();
-  return true;
-}
-
 TweStatus run_fwd(const NormFwdArgs& args, const TweNormQuantize* quantize) {
-  TweStatus st;
-  if (run_fwd_blocked_mxfp8(args, quantize, &st)) return st;
-  st = run_on_device(args.x->device, args, TWE_DEVICE_FNS(norm_fwd));
+  TweStatus st = run_on_device(args.x->device, args, TWE_DEVICE_FNS(norm_fwd));
   if (st) return st;
   if ((st = quantize_output(args.y, quantize, args.stream))) return st;
   return succeed();

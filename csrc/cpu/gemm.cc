@@ -286,7 +286,7 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
     last_end = end;
     TweGemmOperand a{}, b{};
     TweTensorView out, bias;
-    GemmArgs call{&a, &b, nullptr, &out, args.scaling, 0, n, 0, args.stream};
+    GemmArgs call{&a, &b, nullptr, &out, args.scaling, 0, n, 0, args.stream, nullptr};  // CPU: no workspace
     if (args.scaling == kTweGemmFP8PerTensor) {
       a.scale_inv = view_2d(*args.a_scale_inv, g, 1, 1);
       b.scale_inv = view_2d(*args.b_scale_inv, g, 1, 1);

@@ -14,11 +14,106 @@ using numerics::FP8Format;
 
 constexpr int64_t kTile = 32;  // transpose tile for columnwise copies
 
+// ---- Vectorized loops (TWE_CPU_CLONES: one clone per x86 level, picked at load time) ---------
+
+/*! Max of amax_key over n elements: the NaN-skipping amax as bits (max of integers is exact in
+ *  any order, so vector lanes may reduce in any grouping). */
+template <typename T>
+TWE_CPU_CLONES uint32_t amax_key_run(const T* x, int64_t n) {
+  constexpr int64_t kLanes = 16;  // independent running maxima: an elementwise loop the compiler vectorizes
+  uint32_t lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const uint32_t k = numerics::amax_key(to_float(x[i + j]));
+      lanes[j] = k > lanes[j] ? k : lanes[j];
+    }
+  uint32_t key = 0;
+  for (; i < n; ++i) {
+    const uint32_t k = numerics::amax_key(to_float(x[i]));
+    key = k > key ? k : key;
+  }
+  for (int64_t j = 0; j < kLanes; ++j) key = lanes[j] > key ? lanes[j] : key;
+  return key;
+}
+
+/*! out[i] = FP8(x[i] * scale) for n elements (one scale). */
+template <FP8Format F, typename T>
+TWE_CPU_CLONES void cast_run(const T* x, int64_t n, float scale, uint8_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = numerics::float_to_fp8<F>(to_float(x[i]) * scale);
+}
+
+/*! out[k * out_stride + r] = in[r * K + k] for r < rows, k < K: a row block of FP8 bytes
+ *  stored transposed, in 32-column strips so reads and writes stay in cache. */
+TWE_CPU_CLONES void transpose_bytes(const uint8_t* in, int64_t rows, int64_t K, uint8_t* out, int64_t out_stride) {
+  constexpr int64_t kStrip = 32;
+  for (int64_t k0 = 0; k0 < K; k0 += kStrip) {
+    const int64_t k1 = std::min(K, k0 + kStrip);
+    for (int64_t k = k0; k < k1; ++k)
+      for (int64_t r = 0; r < rows; ++r) out[k * out_stride + r] = in[r * K + k];
+  }
+}
+
+/*! One row of rowwise MXFP8: per 32-element block, the E8M0 exponent of its amax, then the
+ *  cast with the block's multiplier. */
+template <FP8Format F, typename T>
+TWE_CPU_CLONES void mxfp8_row(const T* x, int64_t K, uint8_t* data, uint8_t* scales) {
+  for (int64_t kb = 0; kb < K / 32; ++kb) {
+    const T* block = x + kb * 32;
+    uint32_t key = 0;
+    for (int64_t i = 0; i < 32; ++i) {
+      const uint32_t k = numerics::amax_key(to_float(block[i]));
+      key = k > key ? k : key;
+    }
+    const uint8_t e = numerics::mxfp8_block_exponent<F>(numerics::bits_to_float(key));
+    const float m = numerics::e8m0_encode_multiplier(e);
+    for (int64_t i = 0; i < 32; ++i) data[kb * 32 + i] = numerics::float_to_fp8<F>(to_float(block[i]) * m);
+    scales[kb] = e;
+  }
+}
+
+/*! One 32-row block of columnwise MXFP8 (blocks run down the columns): per column the amax
+ *  over the 32 rows, its exponent and multiplier, then the cast. `keys` and `mult` hold K
+ *  entries of scratch. */
+template <FP8Format F, typename T>
+TWE_CPU_CLONES void mxfp8_col_block(const T* x, int64_t K, uint8_t* data, uint8_t* scales, uint32_t* keys,
+                                    float* mult) {
+  for (int64_t k = 0; k < K; ++k) keys[k] = 0;
+  for (int64_t r = 0; r < 32; ++r)
+    for (int64_t k = 0; k < K; ++k) {
+      const uint32_t key = numerics::amax_key(to_float(x[r * K + k]));
+      keys[k] = key > keys[k] ? key : keys[k];
+    }
+  for (int64_t k = 0; k < K; ++k) {
+    const uint8_t e = numerics::mxfp8_block_exponent<F>(numerics::bits_to_float(keys[k]));
+    scales[k] = e;
+    mult[k] = numerics::e8m0_encode_multiplier(e);
+  }
+  for (int64_t r = 0; r < 32; ++r)
+    for (int64_t k = 0; k < K; ++k) data[r * K + k] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * mult[k]);
+}
+
+/*! keys[k] = max over `rows` rows of amax_key(x[r * K + k]): per-column amax as bits. */
+template <typename T>
+TWE_CPU_CLONES void column_amax_keys(const T* x, int64_t rows, int64_t K, uint32_t* keys) {
+  for (int64_t k = 0; k < K; ++k) keys[k] = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < K; ++k) {
+      const uint32_t key = numerics::amax_key(to_float(x[r * K + k]));
+      keys[k] = key > keys[k] ? key : keys[k];
+    }
+}
+
+/*! out[r * K + k] = FP8(x[r * K + k] * scale[k]) for `rows` rows: per-column scales. */
+template <FP8Format F, typename T>
+TWE_CPU_CLONES void cast_columns(const T* x, int64_t rows, int64_t K, const float* scale, uint8_t* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < K; ++k) out[r * K + k] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale[k]);
+}
+
 template <typename T>
 float block_amax(const T* x, int64_t n) {
-  uint32_t key = 0;
-  for (int64_t i = 0; i < n; ++i) key = std::max(key, numerics::amax_key(to_float(x[i])));
-  return numerics::bits_to_float(key);
+  return numerics::bits_to_float(amax_key_run(x, n));
 }
 
 /*! NaN-skipping amax of n elements, in parallel chunks (max is exact in any order). */
@@ -36,25 +131,18 @@ float tensor_amax(const T* x, int64_t n) {
   return amax;
 }
 
-/*! Casts x * scale to FP8 into rowwise (R, K) and/or columnwise (K, R) outputs, in tiles. */
+/*! Casts x * scale to FP8 into rowwise (R, K) and/or columnwise (K, R) outputs: 32-row blocks
+ *  cast in one vector run (into the rowwise output, or scratch), then stored transposed. */
 template <FP8Format F, typename T>
 void cast_per_tensor(const T* x, float scale, int64_t R, int64_t K, uint8_t* rowwise, uint8_t* columnwise) {
   const int64_t row_tiles = (R + kTile - 1) / kTile;
   parallel_for(row_tiles, R * K, [&](int64_t tile_begin, int64_t tile_end) {
-    uint8_t tile[kTile * kTile];
+    std::vector<uint8_t> scratch(rowwise ? 0 : static_cast<size_t>(kTile * K));
     for (int64_t r0 = tile_begin * kTile; r0 < std::min(R, tile_end * kTile); r0 += kTile) {
-      const int64_t r1 = std::min(R, r0 + kTile);
-      for (int64_t k0 = 0; k0 < K; k0 += kTile) {
-        const int64_t k1 = std::min(K, k0 + kTile);
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t k = k0; k < k1; ++k)
-            tile[(r - r0) * kTile + (k - k0)] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale);
-        if (rowwise)
-          for (int64_t r = r0; r < r1; ++r) std::memcpy(rowwise + r * K + k0, tile + (r - r0) * kTile, k1 - k0);
-        if (columnwise)
-          for (int64_t k = k0; k < k1; ++k)
-            for (int64_t r = r0; r < r1; ++r) columnwise[k * R + r] = tile[(r - r0) * kTile + (k - k0)];
-      }
+      const int64_t rows = std::min(R, r0 + kTile) - r0;
+      uint8_t* q = rowwise ? rowwise + r0 * K : scratch.data();
+      cast_run<F>(x + r0 * K, rows * K, scale, q);
+      if (columnwise) transpose_bytes(q, rows, K, columnwise + r0, R);
     }
   });
 }
@@ -81,35 +169,17 @@ float format_max(TweFP8Format f) { return f == kTweE5M2 ? numerics::kE5M2Max : n
 template <FP8Format F, typename T>
 void mxfp8_rowwise(const T* x, int64_t R, int64_t K, uint8_t* data, uint8_t* scales, int64_t scale_stride) {
   parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t r = row_begin; r < row_end; ++r) {
-      for (int64_t kb = 0; kb < K / 32; ++kb) {
-        const T* block = x + r * K + kb * 32;
-        const uint8_t e = numerics::mxfp8_block_exponent<F>(block_amax(block, 32));
-        const float m = numerics::e8m0_encode_multiplier(e);
-        for (int64_t i = 0; i < 32; ++i) data[r * K + kb * 32 + i] = numerics::float_to_fp8<F>(to_float(block[i]) * m);
-        scales[r * scale_stride + kb] = e;
-      }
-    }
+    for (int64_t r = row_begin; r < row_end; ++r) mxfp8_row<F>(x + r * K, K, data + r * K, scales + r * scale_stride);
   });
 }
 
 template <FP8Format F, typename T>
 void mxfp8_columnwise(const T* x, int64_t R, int64_t K, uint8_t* data, uint8_t* scales, int64_t scale_stride) {
   parallel_for(R / 32, R * K, [&](int64_t rb_begin, int64_t rb_end) {
-  std::vector<float> amax(static_cast<size_t>(K));
-  std::vector<float> mult(static_cast<size_t>(K));
-  for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
-    std::fill(amax.begin(), amax.end(), 0.0f);
-    for (int64_t r = rb * 32; r < rb * 32 + 32; ++r)
-      for (int64_t k = 0; k < K; ++k) amax[k] = numerics::amax_update(amax[k], to_float(x[r * K + k]));
-    for (int64_t k = 0; k < K; ++k) {
-      const uint8_t e = numerics::mxfp8_block_exponent<F>(amax[k]);
-      scales[rb * scale_stride + k] = e;
-      mult[k] = numerics::e8m0_encode_multiplier(e);
-    }
-    for (int64_t r = rb * 32; r < rb * 32 + 32; ++r)
-      for (int64_t k = 0; k < K; ++k) data[r * K + k] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * mult[k]);
-  }
+    std::vector<uint32_t> keys(static_cast<size_t>(K));
+    std::vector<float> mult(static_cast<size_t>(K));
+    for (int64_t rb = rb_begin; rb < rb_end; ++rb)
+      mxfp8_col_block<F>(x + rb * 32 * K, K, data + rb * 32 * K, scales + rb * scale_stride, keys.data(), mult.data());
   });
 }
 
@@ -191,8 +261,7 @@ void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler
         for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
           const T* block = x + r * K + kb * kFP8Block;
           const float scale = scaler(block_amax(block, kFP8Block));
-          for (int64_t i = 0; i < kFP8Block; ++i)
-            o.row_data[r * K + kb * kFP8Block + i] = numerics::float_to_fp8<F>(to_float(block[i]) * scale);
+          cast_run<F>(block, kFP8Block, scale, o.row_data + r * K + kb * kFP8Block);
           o.row_scales[kb * o.row_stride + r] = 1.0f / scale;
         }
       }
@@ -200,19 +269,20 @@ void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler
   }
   if (o.col_data) {
     parallel_for(R / kFP8Block, R * K, [&](int64_t rb_begin, int64_t rb_end) {
+      std::vector<uint32_t> keys(static_cast<size_t>(K));
       std::vector<float> scale(static_cast<size_t>(K));
+      std::vector<uint8_t> block(static_cast<size_t>(kFP8Block * K));
       for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
-        std::fill(scale.begin(), scale.end(), 0.0f);  // running amax, then the scale
-        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
-          for (int64_t k = 0; k < K; ++k) scale[k] = numerics::amax_update(scale[k], to_float(x[r * K + k]));
+        const T* xb = x + rb * kFP8Block * K;
+        column_amax_keys(xb, kFP8Block, K, keys.data());
         for (int64_t k = 0; k < K; ++k) {
-          scale[k] = scaler(scale[k]);
+          scale[k] = scaler(numerics::bits_to_float(keys[k]));
           o.col_scales[rb * o.col_stride + k] = 1.0f / scale[k];
         }
-        // Column k of this row block is one contiguous run of the (K, R) output.
-        for (int64_t k = 0; k < K; ++k)
-          for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
-            o.col_data[k * R + r] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale[k]);
+        // Cast row-major with per-column scales, then store transposed: column k of this row
+        // block is one contiguous run of the (K, R) output.
+        cast_columns<F>(xb, kFP8Block, K, scale.data(), block.data());
+        transpose_bytes(block.data(), kFP8Block, K, o.col_data + rb * kFP8Block, R);
       }
     });
   }
@@ -222,20 +292,20 @@ void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler
 template <FP8Format F, typename T>
 void fp8_block_2d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
   parallel_for(R / kFP8Block, R * K, [&](int64_t rb_begin, int64_t rb_end) {
+    std::vector<uint8_t> tile(static_cast<size_t>(kFP8Block * kFP8Block));
     for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
       for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
-        float amax = 0.0f;
-        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
-          for (int64_t k = kb * kFP8Block; k < (kb + 1) * kFP8Block; ++k)
-            amax = numerics::amax_update(amax, to_float(x[r * K + k]));
-        const float scale = scaler(amax);
-        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r) {
-          for (int64_t k = kb * kFP8Block; k < (kb + 1) * kFP8Block; ++k) {
-            const uint8_t q = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale);
-            if (o.row_data) o.row_data[r * K + k] = q;
-            if (o.col_data) o.col_data[k * R + r] = q;
-          }
+        const T* xt = x + rb * kFP8Block * K + kb * kFP8Block;
+        uint32_t key = 0;
+        for (int64_t r = 0; r < kFP8Block; ++r) key = std::max(key, amax_key_run(xt + r * K, kFP8Block));
+        const float scale = scaler(numerics::bits_to_float(key));
+        for (int64_t r = 0; r < kFP8Block; ++r) {
+          uint8_t* q = o.row_data ? o.row_data + (rb * kFP8Block + r) * K + kb * kFP8Block : tile.data() + r * kFP8Block;
+          cast_run<F>(xt + r * K, kFP8Block, scale, q);
+          if (o.row_data && o.col_data) std::memcpy(tile.data() + r * kFP8Block, q, kFP8Block);
         }
+        if (o.col_data)
+          transpose_bytes(tile.data(), kFP8Block, kFP8Block, o.col_data + kb * kFP8Block * R + rb * kFP8Block, R);
         if (o.row_scales) o.row_scales[rb * o.row_stride + kb] = 1.0f / scale;
         if (o.col_scales) o.col_scales[kb * o.col_stride + rb] = 1.0f / scale;
       }
@@ -289,6 +359,18 @@ struct Nvfp4Copy {
   uint32_t index;  // 0 rowwise, 1 columnwise (the Philox counter's copy bit)
 };
 
+/*! One row of NVFP4 data with round-to-nearest-even (steps 4–5 of §7): per 16-element block
+ *  its encode multiplier from the block's scale code, the E2M1 codes, packed two per byte. */
+template <typename T>
+TWE_CPU_CLONES void nvfp4_row_rne(const T* c, int64_t blocks, const uint8_t* scales, float s_dec, uint8_t* data) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float m = numerics::nvfp4_encode_multiplier(scales[b], s_dec);
+    uint8_t codes[kFP4Block];
+    for (int64_t j = 0; j < kFP4Block; ++j) codes[j] = numerics::float_to_e2m1(to_float(c[b * kFP4Block + j]) * m);
+    for (int64_t j = 0; j < kFP4Block / 2; ++j) data[b * kFP4Block / 2 + j] = numerics::pack_e2m1(codes[2 * j], codes[2 * j + 1]);
+  }
+}
+
 /*! Quantizes one copy c (rows, cols), row-major: steps 1–5, 7 and 9 of §7. */
 template <typename T>
 void nvfp4_copy(const T* c, int64_t rows, int64_t cols, bool two_d, const SrState* sr, const Nvfp4Copy& out) {
@@ -312,6 +394,11 @@ void nvfp4_copy(const T* c, int64_t rows, int64_t cols, bool two_d, const SrStat
     }
   });
   parallel_for(rows, rows * cols, [&](int64_t row_begin, int64_t row_end) {
+    if (!sr) {
+      for (int64_t r = row_begin; r < row_end; ++r)
+        nvfp4_row_rne(c + r * cols, blocks, out.scales + r * out.scale_stride, s_dec, out.data + r * cols / 2);
+      return;
+    }
     for (int64_t r = row_begin; r < row_end; ++r) {
       for (int64_t b = 0; b < blocks; ++b) {
         const float m = numerics::nvfp4_encode_multiplier(out.scales[r * out.scale_stride + b], s_dec);

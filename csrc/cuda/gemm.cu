@@ -1,8 +1,9 @@
-// CUDA kernel of the gemm family: a tiled GEMM that decodes operands to fp32 as it loads them
-// into shared memory (the "dequantize, then fp32 GEMM" path of NUMERICS.md §8 that serves
-// every format on every device) and keeps the spec's block structure: block-format partial
-// sums are scaled per K-block, per-tensor FP8 and NVFP4 global factors applied once at the end.
-// Value math is in numerics.h and internal/gemm.h.
+// CUDA entry of the gemm family: asks the dispatcher (csrc/abi/gemm_plan.cc) for the plan of
+// this GEMM on the current device and runs it — cuBLASLt (csrc/cuda/gemm_cublaslt.cu), or the
+// tiled kernel below when cuBLASLt cannot be loaded or K == 0. The tiled kernel decodes
+// operands to fp32 as it loads them into shared memory and keeps the spec's block structure:
+// block-format partial sums are scaled per K-block, per-tensor FP8 and NVFP4 global factors
+// applied once at the end. Value math is in numerics.h and internal/gemm.h.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -105,7 +106,7 @@ DeviceOperand device_operand(const TweGemmOperand& op, int64_t rows, int64_t k) 
 
 }  // namespace
 
-TweStatus gemm(const GemmArgs& args) {
+TweStatus gemm_tiled(const GemmArgs& args) {
   if (args.m == 0 || args.n == 0) return kTweSuccess;
   const dim3 threads(kTile, kTile);
   const dim3 blocks(static_cast<unsigned>(ceil_div(args.n, kTile)), static_cast<unsigned>(ceil_div(args.m, kTile)));
@@ -228,6 +229,52 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
     return fail(kTweCudaError, std::string("grouped gemm kernel launch failed: ") + cudaGetErrorString(err));
   }
   return kTweSuccess;
+}
+
+TweStatus gemm_cublaslt(const GemmArgs& args, const TweGemmPlan& plan, const TweGemmPlanQuery& query, int device);
+
+/*! The dispatcher's query for a validated call on the current device. */
+TweStatus plan_query(const GemmArgs& args, TweGemmPlanQuery* q, int* device) {
+  cudaError_t err = cudaGetDevice(device);
+  int major = 0, minor = 0;
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, *device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, *device);
+  if (err != cudaSuccess) return fail(kTweCudaError, std::string("gemm device query failed: ") + cudaGetErrorString(err));
+  *q = TweGemmPlanQuery{};
+  q->scaling = args.scaling;
+  q->a_dtype = args.a->data.dtype;
+  q->b_dtype = args.b->data.dtype;
+  q->out_dtype = args.out->dtype;
+  q->has_bias = args.bias != nullptr;
+  q->bias_dtype = args.bias ? args.bias->dtype : kTweFloat32;
+  q->a_k_major = args.a->k_major;
+  q->b_k_major = args.b->k_major;
+  q->a_block_2d = args.scaling == kTweGemmFP8Block ? args.a->block_2d : 0;
+  q->b_block_2d = args.scaling == kTweGemmFP8Block ? args.b->block_2d : 0;
+  q->m = args.m;
+  q->n = args.n;
+  q->k = args.k;
+  q->a_scale_bytes = present(&args.a->scale_inv) ? numel(args.a->scale_inv) * element_size(args.a->scale_inv.dtype) : 0;
+  q->b_scale_bytes = present(&args.b->scale_inv) ? numel(args.b->scale_inv) * element_size(args.b->scale_inv.dtype) : 0;
+  q->device = kTweCUDA;
+  q->sm = major * 10 + minor;
+  q->cublaslt_version = static_cast<int32_t>(cublaslt_version());
+  return kTweSuccess;
+}
+
+TweStatus gemm(const GemmArgs& args) {
+  TweGemmPlanQuery query;
+  int device = 0;
+  TweStatus st = plan_query(args, &query, &device);
+  if (st) return st;
+  TweGemmPlan plan;
+  if ((st = gemm_plan(query, &plan))) return st;
+  switch (plan.path) {
+    case kTweGemmPathNone: return kTweSuccess;
+    case kTweGemmPathCublasLt:
+    case kTweGemmPathDequantCublasLt: return gemm_cublaslt(args, plan, query, device);
+    default: return gemm_tiled(args);
+  }
 }
 
 }  // namespace cuda

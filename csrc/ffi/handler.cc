@@ -1,5 +1,8 @@
 #include "ffi/handler.h"
 
+#include <algorithm>
+#include <climits>
+
 namespace twe {
 namespace ffi_bind {
 
@@ -68,6 +71,17 @@ ffi::Error run_op(ops::OpFn fn, TweDevice device, void* stream, ffi::RemainingAr
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("twinengine: ") + e.what());
   }
+}
+
+void schedule_on_xla_pool(void* pool, void (*task)(void*), void* arg) {
+  static_cast<ffi::ThreadPool*>(pool)->Schedule([task, arg] { task(arg); });
+}
+
+ffi::Error run_cpu_op(ops::OpFn fn, ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                      const ffi::Dictionary& attrs) {
+  const int64_t threads = pool.num_threads();  // 0 when XLA runs without an intra-op pool
+  TweCpuExecutor executor{static_cast<int32_t>(std::min<int64_t>(threads, INT32_MAX)), &schedule_on_xla_pool, &pool};
+  return run_op(fn, kTweCPU, threads > 0 ? &executor : nullptr, args, rets, attrs);
 }
 
 }  // namespace ffi_bind

@@ -46,14 +46,28 @@ class DictionaryAttrs final : public ops::Attrs {
 ffi::Error run_op(ops::OpFn fn, TweDevice device, void* stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
                   const ffi::Dictionary& attrs);
 
+/*! TweCpuExecutor::schedule on XLA's intra-op thread pool (`pool` is an ffi::ThreadPool*). */
+void schedule_on_xla_pool(void* pool, void (*task)(void*), void* arg);
+
+/*! Runs op `fn` on CPU buffers with XLA's intra-op thread pool as the kernels' executor (the
+ *  twinengine default pool when XLA provides none). */
+ffi::Error run_cpu_op(ops::OpFn fn, ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                      const ffi::Dictionary& attrs);
+
 template <ops::OpFn Fn>
-ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionary attrs) {
-  return run_op(Fn, kTweCPU, nullptr, args, rets, attrs);
+ffi::Error cpu_impl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionary attrs) {
+  return run_cpu_op(Fn, pool, args, rets, attrs);
 }
 
 template <ops::OpFn Fn>
 XLA_FFI_Error* cpu_handler(XLA_FFI_CallFrame* frame) {
-  static auto* handler = ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attrs().To(cpu_impl<Fn>).release();
+  static auto* handler = ffi::Ffi::Bind()
+                             .Ctx<ffi::ThreadPool>()  // XLA's intra-op pool: the kernels' threads
+                             .RemainingArgs()
+                             .RemainingRets()
+                             .Attrs()
+                             .To(cpu_impl<Fn>)
+                             .release();
   return handler->Call(frame);
 }
 

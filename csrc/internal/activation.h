@@ -13,6 +13,7 @@ struct ActivationArgs {
   const TweTensorView* x;
   const TweTensorView* dy;  // backward only
   TweTensorView* out;       // y (forward) or dx (backward)
+  TweTensorView* dbias;     // backward with the bias gradient fused: Σc over rows of dx, else nullptr
   numerics::Activation kind;
   float limit;
   float alpha;
@@ -26,6 +27,11 @@ struct ActivationArgs {
   TweStatus activation_forward(const ActivationArgs& args);     \
   TweStatus activation_backward(const ActivationArgs& args);    \
   }
+
+/*! CPU only: dx and dbias = Σc over rows of dx (as stored), one pass over x and dy. */
+namespace cpu {
+TweStatus activation_backward_dbias(const ActivationArgs& args);
+}
 
 TWE_ACTIVATION_KERNELS(cpu)
 #ifdef TWE_WITH_CUDA

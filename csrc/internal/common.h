@@ -73,6 +73,18 @@ inline TweTensorView view_2d(const TweTensorView& v, int64_t offset, int64_t row
   return s;
 }
 
+/*! Makes `stream` (a `const TweCpuExecutor*`, or NULL for the default) the executor of the CPU
+ *  kernels this thread runs until the scope ends (csrc/internal/cpu.h parallel_for reads it). */
+class CpuStreamScope {
+ public:
+  explicit CpuStreamScope(void* stream);
+  ~CpuStreamScope();
+  CpuStreamScope(const CpuStreamScope&) = delete;
+  CpuStreamScope& operator=(const CpuStreamScope&) = delete;
+
+ private:
+  const TweCpuExecutor* saved_;
+};
 
 /*! Runs cpu_fn(args) for CPU views, else cuda_fn(args) (kTweUnsupported without CUDA kernels). */
 template <typename Args, typename CpuFn, typename CudaFn>
@@ -80,7 +92,10 @@ TweStatus run_on_device(TweDevice device, const Args& args, CpuFn cpu_fn, CudaFn
   // Nothing may throw across the C ABI: allocation or thread-start failures inside a kernel
   // become a status with a message.
   try {
-    if (device == kTweCPU) return cpu_fn(args);
+    if (device == kTweCPU) {
+      CpuStreamScope scope(args.stream);
+      return cpu_fn(args);
+    }
 #ifdef TWE_WITH_CUDA
     return cuda_fn(args);
 #else

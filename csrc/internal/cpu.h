@@ -1,4 +1,5 @@
-// CPU-only helpers: IEEE subnormal handling on entry to every CPU kernel.
+// CPU-only helpers: IEEE subnormal handling on entry to every CPU kernel, and parallel_for, which
+// runs a kernel's pieces on the call's executor (the TweCpuExecutor passed as the ABI stream).
 #ifndef TWINENGINE_INTERNAL_CPU_H_
 #define TWINENGINE_INTERNAL_CPU_H_
 
@@ -8,9 +9,27 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
-#include <thread>
-#include <vector>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+
+#include "twinengine/common.h"
+
+/*! Marks a CPU loop function to be compiled three times, for x86-64-v4 (AVX-512), x86-64-v3
+ *  (AVX2 + FMA; -ffp-contract=off keeps FMA out of the arithmetic) and the baseline, with the
+ *  best one the running CPU supports picked once at load time (GCC function multiversioning
+ *  through an ifunc). Elsewhere (clang, non-x86, non-ELF) the function is compiled once for
+ *  the build target, which the compiler vectorizes itself (NEON on aarch64). The clones run
+ *  the same per-element operations in the same order, so every clone gives the same bytes. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define TWE_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TWE_CPU_CLONES
+#endif
 
 namespace twe {
 namespace cpu {
@@ -45,43 +64,115 @@ class ScopedIeeeSubnormals {
   uint64_t saved_ = 0;
 };
 
-/*! Work (elements) below which parallel_for gives a thread no chunk of its own. */
+/*! Work (elements) below which parallel_for gives the call no piece of its own. */
 constexpr int64_t kMinWorkPerThread = int64_t(1) << 18;
 
-/*! Rows (a multiple of `multiple`) of a row block of `cols` elements per row that still keeps every
- *  parallel_for thread busy: fused kernels that run two passes block by block (the second while
- *  the block is in cache) use it, so blocking never costs parallelism. */
-inline int64_t parallel_block_rows(int64_t cols, int64_t multiple) {
-  const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  const int64_t rows = (hw * kMinWorkPerThread + cols - 1) / std::max<int64_t>(cols, 1);
-  return std::max<int64_t>(multiple, (rows + multiple - 1) / multiple * multiple);
+/*! Most pieces parallel_for cuts one call into (a fixed number: the split never depends on threads). */
+constexpr int64_t kMaxPieces = 256;
+
+/*! Threads a kernel uses when its stream (TweCpuExecutor*) is NULL: the CPUs this process may run
+ *  on (its affinity mask, so a container or `taskset` limit is honoured), at least 1. */
+int default_threads();
+
+/*! The executor of the ABI call running on this thread (set by CpuStreamScope in run_on_device);
+ *  nullptr: the default. */
+inline thread_local const TweCpuExecutor* tls_executor = nullptr;
+
+/*! True while this thread runs parallel_for pieces: a nested parallel_for runs inline. */
+inline thread_local bool tls_in_parallel = false;
+
+/*! Threads the current call may use (>= 1). */
+inline int64_t current_threads() {
+  const TweCpuExecutor* ex = tls_executor;
+  return ex && ex->num_threads > 0 ? ex->num_threads : default_threads();
 }
 
-/*! Runs fn(begin, end) over [0, n) split into contiguous chunks on up to
- *  std::thread::hardware_concurrency() threads (one thread when `work` is small). Each chunk
- *  sets IEEE subnormal handling itself. Results must not depend on the split: callers give
- *  every index to exactly one chunk and combine nothing across chunks in a rounding way.
+/*! Runs task(arg) on twinengine's persistent pool, which keeps at least `threads` workers
+ *  (started on first need, never stopped; a forked child starts a fresh pool). */
+void pool_schedule(int64_t threads, void (*task)(void*), void* arg);
+
+namespace detail {
+
+/*! Shared state of one parallel_for: pieces are claimed from `next` by the caller and by every
+ *  scheduled task; the caller waits only for pieces already claimed, so a task that starts late
+ *  (or never, on a saturated framework pool) costs nothing and cannot deadlock the call. */
+struct ParallelState {
+  int64_t n = 0, pieces = 0, piece = 0;
+  void (*invoke)(void* fn, int64_t begin, int64_t end) = nullptr;
+  void* fn = nullptr;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::exception_ptr error;  // first exception a piece threw (guarded by mutex)
+
+  void work() {
+    ScopedIeeeSubnormals ieee;  // every worker clears FTZ/DAZ for the pieces it runs
+    const bool was_in = tls_in_parallel;
+    tls_in_parallel = true;
+    for (int64_t p; (p = next.fetch_add(1, std::memory_order_relaxed)) < pieces;) {
+      try {
+        invoke(fn, p * piece, std::min(n, (p + 1) * piece));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!error) error = std::current_exception();
+      }
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == pieces) {
+        std::lock_guard<std::mutex> lock(mutex);
+        cv.notify_all();
+      }
+    }
+    tls_in_parallel = was_in;
+  }
+};
+
+inline void run_task(void* arg) {
+  auto* state = static_cast<std::shared_ptr<ParallelState>*>(arg);
+  (*state)->work();
+  delete state;
+}
+
+}  // namespace detail
+
+/*! Runs fn(begin, end) over [0, n) cut into contiguous pieces: min(n, work / kMinWorkPerThread,
+ *  kMaxPieces) of them (at least one), a split that depends only on (n, work). The pieces run on
+ *  the current call's executor (TweCpuExecutor: XLA's intra-op pool, the torch thread count, or
+ *  the default pool) with the calling thread taking part; every worker clears FTZ/DAZ for its
+ *  pieces. Results must not depend on the split: callers give every index to exactly one piece and
+ *  combine nothing across pieces in a rounding way. An exception thrown by a piece is rethrown
+ *  here after every claimed piece has finished.
  */
 template <typename Fn>
 void parallel_for(int64_t n, int64_t work, Fn&& fn) {
-  const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>({hw, n, work / kMinWorkPerThread}));
-  auto run = [&fn](int64_t begin, int64_t end) {
+  if (n <= 0) return;
+  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>({n, work / kMinWorkPerThread, kMaxPieces}));
+  const int64_t piece = (n + pieces - 1) / pieces;
+  const int64_t used = (n + piece - 1) / piece;  // pieces left non-empty by the rounding
+  const int64_t threads = tls_in_parallel ? 1 : std::min<int64_t>(current_threads(), used);
+  if (threads <= 1) {
     ScopedIeeeSubnormals ieee;
-    fn(begin, end);
-  };
-  if (threads == 1) {
-    run(0, n);
+    for (int64_t p = 0; p < used; ++p) fn(p * piece, std::min(n, (p + 1) * piece));
     return;
   }
-  std::vector<std::thread> pool;
-  const int64_t chunk = (n + threads - 1) / threads;
+  auto state = std::make_shared<detail::ParallelState>();
+  state->n = n;
+  state->pieces = used;
+  state->piece = piece;
+  using F = std::remove_reference_t<Fn>;
+  state->fn = const_cast<void*>(static_cast<const void*>(&fn));
+  state->invoke = [](void* f, int64_t begin, int64_t end) { (*static_cast<F*>(f))(begin, end); };
+  const TweCpuExecutor* ex = tls_executor;
   for (int64_t t = 1; t < threads; ++t) {
-    const int64_t begin = t * chunk, end = std::min(n, begin + chunk);
-    if (begin < end) pool.emplace_back(run, begin, end);
+    auto* arg = new std::shared_ptr<detail::ParallelState>(state);
+    if (ex && ex->schedule) ex->schedule(ex->pool, &detail::run_task, arg);
+    else pool_schedule(threads - 1, &detail::run_task, arg);
   }
-  run(0, std::min(n, chunk));
-  for (auto& th : pool) th.join();
+  state->work();
+  {
+    std::unique_lock<std::mutex> lock(state->mutex);
+    state->cv.wait(lock, [&] { return state->done.load(std::memory_order_acquire) == state->pieces; });
+    if (state->error) std::rethrow_exception(state->error);
+  }
 }
 
 }  // namespace cpu

@@ -8,7 +8,7 @@ namespace ops {
 namespace {
 
 // inputs: a_data, [a_scale_inv, [a_amax]], b_data, [b_scale_inv, [b_amax]], [bias] (scales unless
-// scaling == 0, amaxes for NVFP4, bias if has_bias) | outputs: out
+// scaling == 0, amaxes for NVFP4, bias if has_bias) | outputs: out, [workspace] (CUDA)
 // attrs: scaling, a_k_major, b_k_major, a_block_2d, b_block_2d, has_bias
 TweStatus gemm(OpCall& call) {
   TweGemmParams params{};
@@ -29,8 +29,22 @@ TweStatus gemm(OpCall& call) {
   const TweTensorView* bias = call.attrs->get_int("has_bias") ? call.input(next++) : nullptr;
   if (next != call.inputs.size()) throw OpError("too many inputs");
   TweTensorView out = call.take_output();
+  // The CUDA plan's workspace (core/ops/gemm.py with_workspace), allocated by the framework.
+  TweTensorView workspace{};
+  if (call.outputs.size() > 1) workspace = call.take_output();
   call.expect_all_outputs_taken();
-  return twe_gemm(&a, &b, bias, &out, &params, call.stream);
+  return twe_gemm(&a, &b, bias, &out, &workspace, &params, call.stream);
+}
+
+// inputs: scales | outputs: out (same number of uint8 scales) | attrs: transposed, inverse
+TweStatus gemm_swizzle_scales(OpCall& call) {
+  TweGemmSwizzleParams params{};
+  params.transposed = static_cast<int32_t>(call.attrs->get_int("transposed"));
+  params.inverse = static_cast<int32_t>(call.attrs->get_int("inverse"));
+  if (call.inputs.size() != 1) throw OpError("gemm_swizzle_scales takes one input");
+  TweTensorView out = call.take_output();
+  call.expect_all_outputs_taken();
+  return twe_gemm_swizzle_scales(call.input(0), &out, &params, call.stream);
 }
 
 TweGroupedGemmParams grouped_params(OpCall& call) {
@@ -89,6 +103,7 @@ TweStatus grouped_gemm_wgrad(OpCall& call) {
 TWE_REGISTER_OP(gemm, gemm);
 TWE_REGISTER_OP(grouped_gemm, grouped_gemm);
 TWE_REGISTER_OP(grouped_gemm_wgrad, grouped_gemm_wgrad);
+TWE_REGISTER_OP(gemm_swizzle_scales, gemm_swizzle_scales);
 
 }  // namespace ops
 }  // namespace twe

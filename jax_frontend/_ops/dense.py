@@ -11,10 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...linear import LinearQuantizers, check_delayed_state, check_rng, linear_quantizers
+from ...linear import LinearQuantizers, check_delayed_state, check_linear_shapes, check_rng, linear_quantizers
 from ...ops.gemm import gemm_operand
 from ...recipe import Recipe
 from ..autocast import current_recipe
+from .._library import dtype_name
+from .bias import bias_add, bias_grad
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
 
@@ -33,8 +35,14 @@ def delayed_scaling_state(amax_history_len: int = 1024) -> dict:
             "bwd_scale": jnp.ones((1,), jnp.float32)}
 
 
+def _add_bias(y, bias):
+    """fl(y + b) in y's dtype after the GEMM's own rounding: the bytes of ops.BasicLinear + ops.Bias."""
+    return y if bias is None else bias_add(y, bias)
+
+
 def _bias_grad(dy2, dtype):
-    return gemm(jnp.ones((1, dy2.shape[0]), dy2.dtype), dy2, b_columnwise=True, out_dtype=dtype).reshape(dy2.shape[1])
+    """Σc over the rows of dy (NUMERICS.md §11), as ops.Bias."""
+    return bias_grad(dy2, dtype)
 
 
 # ---- high precision ---------------------------------------------------------------------
@@ -46,7 +54,7 @@ def _dense(x, kernel, bias):
 
 def _dense_fwd(x, kernel, bias):
     w = kernel.T
-    y = gemm(x.reshape(-1, x.shape[-1]), w, bias, out_dtype=x.dtype).reshape(*x.shape[:-1], w.shape[0])
+    y = _add_bias(gemm(x.reshape(-1, x.shape[-1]), w, out_dtype=x.dtype), bias).reshape(*x.shape[:-1], w.shape[0])
     return y, (x, w, None if bias is None else jnp.zeros((0,), bias.dtype))
 
 
@@ -74,7 +82,7 @@ def _dense_quantized_fwd(x, kernel, bias, state, rng, qs: LinearQuantizers):
     fwd_scale = state["fwd_scale"] if qs.delayed else None
     qx = quantize(x2, qs.input, scale=None if fwd_scale is None else fwd_scale[0:1])
     qw = quantize(w, qs.weight, scale=None if fwd_scale is None else fwd_scale[1:2])
-    y = gemm(qx, qw, bias, out_dtype=x.dtype).reshape(*x.shape[:-1], w.shape[0])
+    y = _add_bias(gemm(qx, qw, out_dtype=x.dtype), bias).reshape(*x.shape[:-1], w.shape[0])
     new_state = state
     if qs.delayed:
         history = record_amax(state["fwd_amax_history"], jnp.concatenate([qx.amax, qw.amax]))
@@ -128,13 +136,14 @@ def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | N
         stochastically (NVFP4); the same values as the torch Linear's rng_state give the same bytes.
     Raises:
         TypeError / ValueError: unsupported recipe or combination, missing / mismatched state.
-        RuntimeError: an autocast region entered outside the jitted function (stale recipe).
     """
+    x, kernel = jnp.asarray(x), jnp.asarray(kernel)
+    check_linear_shapes(x.shape, kernel.shape[::-1], None if bias is None else jnp.shape(bias))
     if recipe is None:
         recipe = current_recipe()
     if recipe is None:
         return _dense(x, kernel, bias)
-    qs = linear_quantizers(recipe)
+    qs = linear_quantizers(recipe, dtype_name(x.dtype))
     check_rng(qs, rng is not None)
     rng = jnp.asarray(rng) if qs.needs_rng else None
     if qs.delayed:

@@ -26,7 +26,9 @@ from ...ops.permute import (
     check_split_values,
     require_num_rows,
     check_quantized_input,
+    check_routing_map,
     check_routing_values,
+    check_sort_chunks_probs,
     quantized_row_fields,
     reject_quantized,
     padded_rows,
@@ -107,11 +109,14 @@ def _inspectable(x) -> bool:
 def _routing_map(op: str, routing_map, map_type: str):
     """A bool mask as uint8; routing values checked when inspectable."""
     routing_map = jnp.asarray(routing_map)
+    check_routing_map(op, map_type, meta(routing_map))
     if routing_map.dtype == jnp.bool_:
         routing_map = routing_map.astype(jnp.uint8)
     if _inspectable(routing_map) and routing_map.size > 0:
         values = np.asarray(routing_map)
         check_routing_values(op, map_type, int(values.min()), int(values.max()))
+    if routing_map.dtype == jnp.int64:  # lax.top_k indices / one_hot masks with x64 enabled
+        routing_map = routing_map.astype(jnp.int32)
     return routing_map
 
 
@@ -208,6 +213,9 @@ def _sort_chunks(op: str, inp, probs, split_sizes, sorted_index):
     split_sizes = jnp.asarray(split_sizes).astype(jnp.int32)
     sorted_index = jnp.asarray(sorted_index).astype(jnp.int32)
     num_tokens = inp.shape[0]
+    if probs is not None:
+        probs = jnp.asarray(probs)
+        check_sort_chunks_probs(op, meta(probs), num_tokens)
     CHUNK_MAP.validate(meta(split_sizes), meta(sorted_index), num_tokens)
     if _inspectable(split_sizes) and _inspectable(sorted_index):
         check_chunk_values(op, np.asarray(split_sizes).tolist(), np.asarray(sorted_index).tolist(), num_tokens)

@@ -3,12 +3,17 @@ Shapes, checks and errors come from core/ops/quantize.py."""
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import functools
 
-from ...ops.quantize import DEQUANTIZE, QUANTIZE, UPDATE_DELAYED_SCALING
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ...ops.quantize import (DEQUANTIZE, F32_ABS_MASK, F32_INF_BITS, QUANTIZE, UPDATE_DELAYED_SCALING,
+                             quantized_layout, validate_quantize_into, validate_record_amax)
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import dtype_name, ffi, meta
+from .._library import dtype_name, ffi, jax_dtype, meta
 
 
 def quantize(x, quantizer: Quantizer, *, scale=None, rng=None) -> QuantizedTensor:
@@ -26,7 +31,7 @@ def quantize(x, quantizer: Quantizer, *, scale=None, rng=None) -> QuantizedTenso
         TypeError / ValueError: from the shared core checks.
     """
     x = jnp.asarray(x)
-    call = QUANTIZE.plan(meta(x), quantizer, meta(scale), meta(rng))
+    call = QUANTIZE.cached_plan(meta(x), quantizer, meta(scale), meta(rng))
     arrays = {"x": x, "scale": scale, "rng": rng}
     outputs = ffi(call, [arrays[name] for name in call.inputs])
     fields = {spec.name: array for spec, array in zip(call.outputs, outputs)}
@@ -52,6 +57,97 @@ def update_delayed_scaling(amax_history, scale, fp8_dtype: str, *, margin: int =
     return new_history, new_scale
 
 
+def fake_quantize(x, quantizer: Quantizer, dtype=None, *, scale=None, rng=None, columnwise: bool = False):
+    """dequantize(quantize(x)) with a straight-through gradient (jit-, grad-, vmap-clean).
+
+    Numerics / gradient: as ``twinengine.pytorch.fake_quantize`` — the forward is exactly
+    ``dequantize(quantize(x, ...), dtype)``, the gradient of x is the incoming gradient cast to
+    x's dtype; no gradient flows to scale or rng.
+    Raises:
+        TypeError / ValueError: as quantize / dequantize.
+    """
+    x = jnp.asarray(x)
+    out_dtype = x.dtype if dtype is None else dtype
+    y = dequantize(quantize(lax.stop_gradient(x), quantizer, scale=scale, rng=rng), out_dtype,
+                   columnwise=columnwise)
+    return _straight_through(x, y)
+
+
+@jax.custom_vjp
+def _straight_through(x, y):
+    return y
+
+
+def _straight_through_fwd(x, y):
+    return y, jnp.zeros((0,), x.dtype)
+
+
+def _straight_through_bwd(x_tag, g):
+    return g.astype(x_tag.dtype), jnp.zeros_like(g)
+
+
+_straight_through.defvjp(_straight_through_fwd, _straight_through_bwd)
+
+
+def _order_key(bits):
+    return jnp.where(bits >= 0, bits, bits ^ jnp.int32(F32_ABS_MASK))
+
+
 def record_amax(amax_history, amax):
-    """History with row 0 raised to max(H[0], amax) (NUMERICS.md §3 quantize step)."""
-    return amax_history.at[:1].set(jnp.maximum(amax_history[:1], amax.reshape(amax_history[:1].shape)))
+    """History with row 0 raised to `amax` where it is larger (NUMERICS.md §3 quantize step),
+    functional.
+
+    Shapes: amax_history (L,) or (L, N); amax N values (any shape of N elements).
+    Numerics: ``twinengine.ops.quantize.RECORD_AMAX_RULE`` — computed on the fp32 bits (XLA's
+        CPU threads flush subnormals in float comparisons; integer ones keep them); a NaN amax
+        is skipped; identical bytes to ``twinengine.pytorch.record_amax``.
+    Raises:
+        TypeError / ValueError: non-float32 arrays, or an amax count that is not the slot count.
+    """
+    amax_history, amax = jnp.asarray(amax_history), jnp.asarray(amax)
+    validate_record_amax(meta(amax_history), meta(amax))
+    bits = lax.bitcast_convert_type(amax_history, jnp.int32)
+    head = bits[:1]
+    new = lax.bitcast_convert_type(amax.reshape(head.shape), jnp.int32)
+    abs_mask, inf_bits = jnp.int32(F32_ABS_MASK), jnp.int32(F32_INF_BITS)
+    take = ((new & abs_mask) <= inf_bits) & ((head & abs_mask) <= inf_bits) & (_order_key(new) > _order_key(head))
+    return lax.bitcast_convert_type(bits.at[:1].set(jnp.where(take, new, head)), jnp.float32)
+
+
+# ---- quantizing into caller-owned buffers -----------------------------------------------
+
+def make_empty(quantizer: Quantizer, shape, dtype=jnp.float32, device=None) -> QuantizedTensor:
+    """A zero-filled QuantizedTensor with the arrays ``quantize`` gives for an input of `shape`
+    and `dtype` under `quantizer`, on `device` (a jax.Device or Sharding; default: JAX's):
+    the buffers ``quantize_into`` reuses.
+
+    Shapes / Dtypes: from the core shape function of quantize (NUMERICS.md §4–§7 layouts).
+    Raises:
+        TypeError / ValueError: as ``quantize`` for that input.
+    """
+    name = dtype_name(dtype)
+    specs = quantized_layout(quantizer, tuple(shape), name)
+    arrays = {spec.name: jnp.zeros(spec.shape, jax_dtype(spec.dtype), device=device) for spec in specs}
+    return QuantizedTensor(**arrays, quantizer=quantizer, shape=tuple(shape), dtype=name)
+
+
+@functools.partial(jax.jit, donate_argnums=0, keep_unused=True)
+def _quantize_donating(out: QuantizedTensor, x, scale, rng) -> QuantizedTensor:
+    # keep_unused: `out` is only there to be donated; XLA then writes the results into its buffers.
+    return quantize(x, out.quantizer, scale=scale, rng=rng)
+
+
+def quantize_into(out: QuantizedTensor, x, *, scale=None, rng=None) -> QuantizedTensor:
+    """``quantize(x, out.quantizer)`` written into the buffers of `out`, functionally: `out` is
+    donated (``jax.jit(donate_argnums=0)``) and the result lives in its buffers, so a step
+    re-quantizing a weight allocates nothing; `out` is deleted (JAX's donation rule). Inside
+    an enclosing jit, donate there (inner donation is ignored) or call ``quantize``.
+
+    Shapes: x of ``out.shape``; out's arrays as ``make_empty(out.quantizer, x.shape, x.dtype)``.
+    Dtypes / Numerics: as ``quantize(x, out.quantizer)``, byte for byte.
+    Raises:
+        TypeError / ValueError: the same checks and text as ``twinengine.pytorch.quantize_``.
+    """
+    x = jnp.asarray(x)
+    validate_quantize_into(out, meta(x), meta(scale), meta(rng))
+    return _quantize_donating(out, x, scale, rng)

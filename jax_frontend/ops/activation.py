@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...fusion.blocks import activation_kind
+from ...fusion.blocks import activation_kind, check_activation_params
 from ...fusion.ops import OpDesc, check_input_kind
 from ...quantized_tensor import QuantizedTensor
 from .._ops.activation import activation_bwd, activation_fwd
@@ -67,5 +67,6 @@ _BY_KIND = {cls.activation: cls for cls in (GELU, GEGLU, QGELU, QGEGLU, ReLU, Re
 
 def activation_op(kind: str, **params: float) -> _Activation:
     """The activation op of a kind name ("gelu", "swiglu", ...), as layernorm_mlp's ``activation=``."""
+    params = check_activation_params(kind, params)
     cls = _BY_KIND[activation_kind(kind)]
-    return cls(**params) if params else cls()
+    return cls(**params)

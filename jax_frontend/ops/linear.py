@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ...fusion.ops import OpDesc, check_features, check_input_kind
+from ...fusion.ops import OpDesc, check_features, check_input_kind, check_param_shape
 from ...linear import check_delayed_state, check_rng, linear_quantizers
 from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
@@ -75,7 +75,7 @@ class BasicLinear(BasicOperation):
 
     def op_grad_quantization(self, ctx: OpContext):
         qs = ctx.static["quantizers"]
-        if qs is None:
+        if qs is None or ctx.saved.get("empty"):
             return None
         s = ctx.saved
         return {"quantizer": qs.grad_output, "scale": s["state"]["bwd_scale"] if qs.delayed else None,
@@ -89,8 +89,13 @@ class BasicLinear(BasicOperation):
 
     def op_forward_compute(self, x, params, *, quantizers=None, state=None, rng=None):
         (weight,) = params
+        check_param_shape("BasicLinear", "weight", weight.shape, (self.out_features, self.in_features))
         quantized_input = isinstance(x, QuantizedTensor)
         lead = tuple(x.shape[:-1])
+        if quantizers is not None and not quantized_input and x.size == 0:
+            # Zero rows, as the torch op: empty output, zero weight gradient, state unchanged.
+            return jnp.zeros((*lead, weight.shape[0]), x.dtype), {"x": x, "weight": weight, "state": state,
+                                                                    "empty": True}
         if quantizers is None:
             check_input_kind("BasicLinear", quantized_input, False)
             y = gemm(_rows(x), weight, out_dtype=x.dtype).reshape(*lead, weight.shape[0])
@@ -116,7 +121,9 @@ class BasicLinear(BasicOperation):
     def op_backward(self, ctx: OpContext, dy):
         qs = ctx.static["quantizers"]
         s = ctx.saved
-        if qs is None:
+        if qs is None or s.get("empty"):
+            if qs is not None and qs.delayed:
+                ctx.next_state = s["state"]  # nothing was quantized: the state carries over unchanged
             x, weight = s["x"], s["weight"]
             dy2 = _rows(dy)
             dx = gemm(dy2, weight, b_columnwise=True, out_dtype=x.dtype).reshape(x.shape)

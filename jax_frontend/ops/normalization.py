@@ -6,27 +6,17 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from ...fusion.ops import OpDesc, check_eps, check_features, check_input_kind
+from ...fusion.ops import OpDesc, check_eps, check_features, check_input_kind, check_param_shape, normalized_features
 from ...quantized_tensor import QuantizedTensor
 from .._ops.norm import l2norm_bwd, l2norm_fwd, layernorm_bwd, layernorm_fwd, rmsnorm_bwd, rmsnorm_fwd
 from .op import BasicOperation
-
-
-def _features(op: str, normalized_shape: Any) -> int:
-    if isinstance(normalized_shape, (tuple, list)):
-        if len(normalized_shape) != 1:
-            raise ValueError(f"twinengine.{op}: normalized_shape must have one dimension (the last), "
-                             f"got {tuple(normalized_shape)}")
-        normalized_shape = normalized_shape[0]
-    check_features(op, normalized_shape=normalized_shape)
-    return int(normalized_shape)
 
 
 class LayerNorm(BasicOperation):
     """Params: (weight, bias), each (normalized_shape,). Same numerics as the torch op."""
 
     def __init__(self, normalized_shape: Any, eps: float = 1e-5, *, zero_centered_gamma: bool = False) -> None:
-        self.normalized_shape = _features("LayerNorm", normalized_shape)
+        self.normalized_shape = normalized_features("LayerNorm", normalized_shape)
         self.eps = check_eps("LayerNorm", eps)
         self.zero_centered_gamma = bool(zero_centered_gamma)
 
@@ -39,6 +29,8 @@ class LayerNorm(BasicOperation):
 
     def op_forward_compute(self, x, params, *, quantizer=None, scale=None, rng=None):
         weight, bias = params
+        check_param_shape("LayerNorm", "weight", weight.shape, (self.normalized_shape,))
+        check_param_shape("LayerNorm", "bias", bias.shape, (self.normalized_shape,))
         check_input_kind("LayerNorm", isinstance(x, QuantizedTensor), False)
         y, mu, rstd, qt = layernorm_fwd(x, weight, bias, self.eps, self.zero_centered_gamma, quantizer=quantizer,
                                         scale=scale, rng=rng)
@@ -54,7 +46,7 @@ class RMSNorm(BasicOperation):
     """Params: (weight (normalized_shape,),). Same numerics as the torch op."""
 
     def __init__(self, normalized_shape: Any, eps: float = 1e-5, *, zero_centered_gamma: bool = False) -> None:
-        self.normalized_shape = _features("RMSNorm", normalized_shape)
+        self.normalized_shape = normalized_features("RMSNorm", normalized_shape)
         self.eps = check_eps("RMSNorm", eps)
         self.zero_centered_gamma = bool(zero_centered_gamma)
 
@@ -67,6 +59,7 @@ class RMSNorm(BasicOperation):
 
     def op_forward_compute(self, x, params, *, quantizer=None, scale=None, rng=None):
         (weight,) = params
+        check_param_shape("RMSNorm", "weight", weight.shape, (self.normalized_shape,))
         check_input_kind("RMSNorm", isinstance(x, QuantizedTensor), False)
         y, rstd, qt = rmsnorm_fwd(x, weight, self.eps, self.zero_centered_gamma, quantizer=quantizer, scale=scale,
                                   rng=rng)

@@ -32,7 +32,7 @@ class Quantize(BasicOperation):
         if isinstance(x, QuantizedTensor):
             return x, None
         quantizer = quantizer if quantizer is not None else self.quantizer
-        if quantizer is None:
+        if quantizer is None or x.size == 0:  # zero rows stay a (empty) high-precision array
             return x, None
         return quantize(x, quantizer, scale=scale, rng=rng), None
 

@@ -13,15 +13,42 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...fusion import KernelGroup, check_sequential, plan
+from ...fusion import (KernelGroup, check_extra_inputs, check_sequential, plan, quantization_source, reject_member,
+                       reject_quantized_output)
 from ...quantized_tensor import QuantizedTensor
 from .._ops.activation import activation_bwd_dbias
 from ..autocast import current_recipe
+from .linear import Linear
 from .op import BasicOperation, OpContext
 
 
 def _is_array(leaf: Any) -> bool:
     return isinstance(leaf, (jax.Array, np.ndarray))
+
+
+@jax.tree_util.register_pytree_node_class
+class _Static:
+    """A non-array value saved by an op (a dtype, a flag, a size): a pytree node with no children,
+    so it travels in the custom_vjp residuals' tree structure rather than as a residual array."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def tree_flatten(self):
+        return (), self.value
+
+    @classmethod
+    def tree_unflatten(cls, value, children):
+        return cls(value)
+
+
+def _wrap_static(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda leaf: leaf if _is_array(leaf) else _Static(leaf), tree)
+
+
+def _unwrap_static(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda leaf: leaf.value if isinstance(leaf, _Static) else leaf, tree,
+                                  is_leaf=lambda leaf: isinstance(leaf, _Static))
 
 
 def _zero_cotangent(x: Any) -> Any:
@@ -62,20 +89,24 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
     n = len(ops)
     states = tuple(state) if state is not None else (None,) * n
     rng_list = tuple(rngs) if rngs is not None else (None,) * n
-    groups = plan([op.describe() for op in ops], recipe is not None, fuse)
+    descs = [op.describe() for op in ops]
+    groups = plan(descs, recipe is not None, fuse)
+    sources = [quantization_source(descs, i, recipe is not None) for i in range(n)]
     calls = [op.op_call(recipe, states[i], rng_list[i], training) for i, op in enumerate(ops)]
     statics = [c[0] for c in calls]
     arrays = tuple(c[1] for c in calls)
-    expected = sum(op.num_extra_inputs for op in ops)
-    if len(extra_inputs) != expected:
-        raise ValueError(f"twinengine.Sequential: the ops take {expected} extra input(s) (AddExtraInput), got "
-                         f"{len(extra_inputs)}")
-    aux: list = []  # static parts of the residuals, filled by the forward for the backward
+    check_extra_inputs(sum(op.num_extra_inputs for op in ops), len(extra_inputs))
 
-    def handoff(group: KernelGroup, i: int, call_arrays: Sequence[dict]) -> dict:
-        if group.quantize_for is None or i != group.quantize_for - 1:
+    def quantize_kwargs(group: KernelGroup, i: int, call_arrays: Sequence[dict], h: Any) -> dict:
+        """As the torch runner: the emitter writes the quantized input of the group's target (whose
+        quantization core's quantization_source names); a Quantize op before a Linear uses the
+        Linear's; empty inputs are never quantized."""
+        if not isinstance(h, QuantizedTensor) and np.size(h) == 0:
             return {}
-        j = group.quantize_for
+        target = group.quantize_for if i == group.emitter else (i if sources[i] != i else None)
+        if target is None:
+            return {}
+        j = sources[target]
         return ops[j].op_input_quantization(statics[j], call_arrays[j]) or {}
 
     def forward(x, params, call_arrays, extra):
@@ -85,7 +116,7 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
         for group in groups:
             for i in group.ops:
                 op = ops[i]
-                kwargs = {**statics[i], **call_arrays[i], **handoff(group, i, call_arrays)}
+                kwargs = {**statics[i], **call_arrays[i], **quantize_kwargs(group, i, call_arrays, h)}
                 if op.num_extra_inputs:
                     kwargs["extra_inputs"] = tuple(extra[:op.num_extra_inputs])
                     extra = extra[op.num_extra_inputs:]
@@ -101,31 +132,21 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
                     extras_out.extend(extras)
                 ctxs.append(ctx)
         if isinstance(h, QuantizedTensor):
-            raise TypeError("twinengine.Sequential: the last op returns a QuantizedTensor (a Quantize op at the end); "
-                            "quantized data carries no gradient, so keep the Linear that consumes it in the same "
-                            "Sequential")
-        residual_arrays, layout = [], []
-        for ctx in ctxs:
-            leaves, treedef = jax.tree_util.tree_flatten(ctx.saved)
-            mask = [_is_array(leaf) for leaf in leaves]
-            residual_arrays.extend(leaf for leaf, m in zip(leaves, mask) if m)
-            layout.append((treedef, mask, [leaf for leaf, m in zip(leaves, mask) if not m]))
-        aux.append(layout)
+            reject_quantized_output()
+        saved = [_wrap_static((ctx.saved, {k: v for k, v in vars(ctx).items() if k not in ("saved", "static")}))
+                 for ctx in ctxs]
         out = (h, tuple(extras_out), tuple(state_out))
-        return out, (residual_arrays, params, call_arrays)
+        return out, (saved, params, call_arrays)
 
     def backward(res, cotangents):
-        residual_arrays, params, call_arrays = res
+        saved, params, call_arrays = res
         dy, d_extras, _ = cotangents
-        layout = aux[-1]
         ctxs = []
-        residual_arrays = list(residual_arrays)
-        for i, (treedef, mask, statics_leaves) in enumerate(layout):
-            arrays_iter, static_iter = iter(residual_arrays[:sum(mask)]), iter(statics_leaves)
-            residual_arrays = residual_arrays[sum(mask):]
-            leaves = [next(arrays_iter) if m else next(static_iter) for m in mask]
+        for i, payload in enumerate(saved):
             ctx = OpContext(statics[i])
-            ctx.saved = jax.tree_util.tree_unflatten(treedef, leaves)
+            ctx.saved, extras = _unwrap_static(payload)
+            for name, value in extras.items():  # attributes a user op set on its context
+                setattr(ctx, name, value)
             ctxs.append(ctx)
         extra_grads = list(d_extras)
         dparams: list = [None] * n
@@ -145,25 +166,21 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
 
         h = dy
         for group in reversed(groups):
-            members = list(group.ops)
-            if group.dact_dbias is None:
-                for i in reversed(members):
-                    h = backward_op(i, h)
-                continue
-            bias_i, act_i = members[group.dact_dbias], members[group.dact_dbias + 1]
-            for i in reversed(members[group.dact_dbias + 2:]):
-                h = backward_op(i, h)
-            act = ops[act_i]
-            (z,) = ctxs[act_i].saved
-            quantization = {}
-            if group.quantize_grad_for is not None:
-                quantization = ops[group.quantize_grad_for].op_grad_quantization(ctxs[group.quantize_grad_for]) or {}
-            dz, dbias, qdz = activation_bwd_dbias(h, z, act.activation, limit=act.limit, alpha=act.alpha,
-                                                  bias_dtype=params[bias_i][0].dtype, **quantization)
-            dparams[bias_i], dparams[act_i] = (dbias,), ()
-            h = qdz if qdz is not None else dz
-            for i in reversed(members[:group.dact_dbias]):
-                h = backward_op(i, h)
+            for step in group.backward_steps():
+                if len(step) == 1:
+                    h = backward_op(step[0], h)
+                    continue
+                bias_i, act_i = step
+                act = ops[act_i]
+                (z,) = ctxs[act_i].saved
+                quantization = {}
+                if group.quantize_grad_for is not None and np.size(h) != 0:
+                    q = group.quantize_grad_for
+                    quantization = ops[q].op_grad_quantization(ctxs[q]) or {}
+                dz, dbias, qdz = activation_bwd_dbias(h, z, act.activation, limit=act.limit, alpha=act.alpha,
+                                                      bias_dtype=params[bias_i][0].dtype, **quantization)
+                dparams[bias_i], dparams[act_i] = (dbias,), ()
+                h = qdz if qdz is not None else dz
         d_params = tuple(tuple(_cotangent_like(p, g) for p, g in zip(params[i], _pad(dparams[i], len(params[i]))))
                          for i in range(n))
         d_arrays = []
@@ -198,11 +215,10 @@ def _flatten_ops(ops: Sequence[Any]) -> list[BasicOperation]:
     for op in ops:
         if isinstance(op, BasicOperation):
             out.append(op)
-        elif isinstance(getattr(op, "basic_ops", None), tuple):
+        elif isinstance(op, (Sequential, Linear)):
             out.extend(op.basic_ops)
         else:
-            raise TypeError(f"twinengine.Sequential: ops must be twinengine basic operations (or Sequentials of "
-                            f"them), got {type(op).__name__}")
+            reject_member(type(op).__name__)
     return out
 
 

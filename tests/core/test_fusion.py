@@ -78,3 +78,12 @@ def test_block_arguments():
     assert block_layout("RMSNorm", (("fc1_", True), ("fc2_", False)), "gelu", True) == (
         ("norm", ("layer_norm_weight",)), ("extra_output", ()), ("linear", ("fc1_weight",)), ("bias", ("fc1_bias",)),
         ("activation", ()), ("linear", ("fc2_weight",)))
+
+
+def test_group_backward_steps_and_emitter():
+    d = _descs("basic_linear", "bias", "activation", "dropout")
+    (group, *_) = plan(d[:3], True)
+    assert group.backward_steps() == ((1, 2), (0,))
+    assert plan(d, True, fuse=False)[0].backward_steps() == ((0,),)
+    groups = plan(_descs("layernorm", "quantize", "basic_linear"), True)
+    assert groups[0].emitter == 0 and groups[1].emitter is None

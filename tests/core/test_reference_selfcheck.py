@@ -1,4 +1,4 @@
-"""Self-checks of the NumPy reference (tests/reference/quantize.py) against ml_dtypes,
+"""Self-checks of the NumPy reference (twinengine.testing.reference) against ml_dtypes,
 published test vectors and hand-worked edge cases.  No twinengine import."""
 
 
@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from reference.quantize import (
+from twinengine.testing.reference import (
     FLT_MAX,
     BF16_MAX,
     FP16_MAX,

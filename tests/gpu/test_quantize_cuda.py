@@ -18,7 +18,7 @@ from quantize_block_cases import FP8_BLOCK_QUANTIZERS, NVFP4_QUANTIZERS, block_c
 from quantize_block_cases import reference_dequantize as block_reference_dequantize
 from quantize_block_cases import reference_quantize as block_reference_quantize
 from quantize_cases import MXFP8_QUANTIZERS, PER_TENSOR_QUANTIZERS, case_id, cases, reference_dequantize, reference_quantize, scale_for
-from reference import quantize as ref
+from twinengine.testing import reference as ref
 
 import twinengine as te
 import twinengine.pytorch as tep

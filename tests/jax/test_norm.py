@@ -11,19 +11,10 @@ import numpy as np
 import pytest
 from helpers import assert_bytes_equal, assert_quantized_equal, fields_as_numpy
 from norm_cases import (DTYPES, EPS, FUSED_QUANTIZERS, FUSED_SHAPE, KS, NORMS, assert_norm_equal, case_id, fused_dtype,
-                        make_param, make_rows, param_dtype, quantize_kwargs, reference_bwd, reference_fwd, run_norm)
+                        make_case, make_param, make_rows, quantize_kwargs, reference_bwd, reference_fwd, run_norm)
 
 import twinengine.jax as tej
 from twinengine.jax._ops import norm as jn
-
-
-def _inputs(norm, dtype, k, rows, family, shift, seed=0):
-    x = make_rows(rows, k, dtype, family, seed)
-    pdt = param_dtype(dtype, shift)
-    weight = make_param(k, pdt, seed) if norm != "l2norm" else None
-    bias = make_param(k, pdt, seed + 1) if norm == "layernorm" else None
-    dy = make_rows(rows, k, dtype, "mixed", seed + 2)
-    return x, weight, bias, dy
 
 
 def _jnp(a):
@@ -43,7 +34,7 @@ def _case_params():
 
 @pytest.mark.parametrize("norm,dtype,k,zcg,family", _case_params())
 def test_norm_matches_reference(norm, dtype, k, zcg, family):
-    x, weight, bias, dy = _inputs(norm, dtype, k, 37, family, shift=KS.index(k) + 1)
+    x, weight, bias, dy = make_case(norm, dtype, k, 37, family, shift=KS.index(k) + 1)
     fwd, qt, bwd = run_norm(jn, norm, _jnp(x), _jnp(weight), _jnp(bias), zcg, _jnp(dy))
     assert qt is None
     expected_fwd = reference_fwd(norm, x, weight, bias, zcg)
@@ -57,7 +48,7 @@ def test_norm_matches_reference(norm, dtype, k, zcg, family):
 @pytest.mark.parametrize("norm", NORMS)
 def test_norm_small_and_empty_shapes_match_reference(norm, shape):
     k, rows = shape[-1], int(np.prod(shape[:-1]))
-    x, weight, bias, dy = _inputs(norm, "float16", k, max(rows, 1), "mixed", shift=2)
+    x, weight, bias, dy = make_case(norm, "float16", k, max(rows, 1), "mixed", shift=2)
     x, dy = x[:rows].reshape(shape), dy[:rows].reshape(shape)
     fwd, _, bwd = run_norm(jn, norm, _jnp(x), _jnp(weight), _jnp(bias), True, _jnp(dy))
     expected_fwd = reference_fwd(norm, x, weight, bias, True)
@@ -71,7 +62,7 @@ def test_norm_small_and_empty_shapes_match_reference(norm, shape):
 @pytest.mark.parametrize("norm", NORMS)
 def test_norm_fused_quantize_matches_norm_then_quantize(norm, q):
     dtype = fused_dtype(q)
-    x, weight, bias, _ = _inputs(norm, dtype, FUSED_SHAPE[-1], 128, "mixed", shift=1)
+    x, weight, bias, _ = make_case(norm, dtype, FUSED_SHAPE[-1], 128, "mixed", shift=1)
     x = jnp.asarray(x.reshape(FUSED_SHAPE))
     kwargs = quantize_kwargs(q, jnp.asarray)
     fused, qt, _ = run_norm(jn, norm, x, _jnp(weight), _jnp(bias), False, x, quantizer=q, **kwargs)
@@ -93,7 +84,7 @@ def _jitted(norm, x, weight, bias, dy, scale_rng, q):
 @pytest.mark.parametrize("q", [None, FUSED_QUANTIZERS[2], FUSED_QUANTIZERS[4], FUSED_QUANTIZERS[-1]], ids=case_id)
 @pytest.mark.parametrize("norm", NORMS)
 def test_norm_jit_matches_eager(norm, q):
-    x, weight, bias, dy = (_jnp(a) for a in _inputs(norm, "bfloat16", 64, 64, "nan_inf", shift=1, seed=3))
+    x, weight, bias, dy = (_jnp(a) for a in make_case(norm, "bfloat16", 64, 64, "nan_inf", shift=1, seed=3))
     scale_rng = quantize_kwargs(q, jnp.asarray) if q is not None else {}
     jitted = _jitted(norm, x, weight, bias, dy, scale_rng, q)
     eager = run_norm(jn, norm, x, weight, bias, True, dy, quantizer=q, **scale_rng)
@@ -106,7 +97,7 @@ def test_norm_jit_matches_eager(norm, q):
 
 @pytest.mark.parametrize("norm", NORMS)
 def test_norm_vmap_matches_per_element_calls(norm):
-    x, weight, bias, dy = _inputs(norm, "float32", 33, 12, "mixed", shift=1, seed=4)
+    x, weight, bias, dy = make_case(norm, "float32", 33, 12, "mixed", shift=1, seed=4)
     x, dy = x.reshape(3, 4, 33), dy.reshape(3, 4, 33)
 
     def fwd_bwd(xi, dyi):

@@ -68,7 +68,7 @@ def _leaves_equal(a, b):
 
 
 @pytest.mark.parametrize("recipe_name", list(RECIPES))
-@pytest.mark.parametrize("case", ["rmsnorm_mlp", "layernorm_quantize", "residual"])
+@pytest.mark.parametrize("case", ["rmsnorm_mlp", "layernorm_quantize", "residual", "linear_tails"])
 def test_sequential_fused_matches_unfused_bytes(recipe_name, case):
     recipe, dtype = RECIPES[recipe_name], jnp.dtype(dtype_for(recipe_name))
     x, extras, dy = _inputs(case, dtype)
@@ -189,3 +189,23 @@ def test_flax_delayed_scaling_state_updates_through_mutable_apply():
     history0, history1 = np.asarray(state0["fc1"]["fwd_amax_history"]), np.asarray(new["fc1"]["fwd_amax_history"])
     assert history0[-1, 0] > 0 and history0[-2, 0] == 0  # init ran one forward
     assert history1[-2, 0] == history0[-1, 0] and history1[-1, 0] > 0  # the apply rolled the history once more
+
+
+def test_sequential_under_checkpoint_and_scan():
+    seq = ops.Sequential(*op_lists(ops)["rmsnorm_mlp"])
+    params = _params(seq, jnp.float32)
+    x, _, _ = _inputs("rmsnorm_mlp", jnp.float32)
+    recipe = RECIPES["mxfp8"]
+    loss = lambda p, x: jnp.sum(seq(x, p, recipe=recipe))  # noqa: E731
+    plain = jax.grad(loss)(params, x)
+    _leaves_equal(jax.jit(jax.grad(jax.checkpoint(loss)))(params, x), plain)
+
+    def scanned(p, x):
+        def body(h, _):
+            return seq(h, p, recipe=recipe), None
+        return jnp.sum(jax.lax.scan(body, x, None, length=2)[0])
+
+    def unrolled(p, x):
+        return jnp.sum(seq(seq(x, p, recipe=recipe), p, recipe=recipe))
+
+    _leaves_equal(jax.jit(jax.grad(scanned))(params, x), jax.grad(unrolled)(params, x))

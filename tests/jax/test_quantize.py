@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import INPUT_FAMILIES, assert_bytes_equal, assert_quantized_equal, fields_as_numpy, make_input
 from quantize_cases import DELAYED_SCALE, case_id, cases, reference_dequantize, reference_quantize, scale_for
-from reference import quantize as ref
+from twinengine.testing import reference as ref
 
 import twinengine as te
 import twinengine.jax as tej

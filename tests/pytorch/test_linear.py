@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import helpers
 import torch
+from reference.sums import canonical_sum_ref
 
 import twinengine.pytorch as te
 from twinengine import QuantizedTensor
@@ -116,7 +117,8 @@ def test_linear_matches_explicit_gemms():
     qdy = te.quantize(dy, recipe.quantizer("grad_output"))
     assert_bytes_equal(x.grad.reshape(-1, IN), te.gemm(qdy, qw, b_columnwise=True), "dx")
     assert_bytes_equal(layer.weight.grad, te.gemm(qdy, qx, a_columnwise=True, b_columnwise=True), "dw")
-    assert_bytes_equal(layer.bias.grad, te.gemm(torch.ones(1, x2.shape[0]), dy, b_columnwise=True).reshape(OUT), "db")
+    # db is the canonical column sum Σc of dy (NUMERICS.md §11), as ops.Bias computes it
+    assert_bytes_equal(layer.bias.grad, torch.from_numpy(canonical_sum_ref(dy.numpy(), axis=0)), "db")
 
 
 def test_linear_high_precision_matches_float64():
@@ -222,6 +224,7 @@ def test_linear_quantized_weight_eager_and_compiled():
 def test_linear_bf16_compiled_matches_eager(recipe):
     # NVFP4BlockScaling: RHT on the columnwise copies (bf16 only), 2D weights, stochastic
     # rounding of dy from the layer's rng_state, which advances per call (two steps differ).
+    # MXFP8 leaves rng_state alone.
     def run(step):
         layer, x = make_layer(dtype=torch.bfloat16), make_input(dtype=torch.bfloat16)
         out = []
@@ -236,7 +239,9 @@ def test_linear_bf16_compiled_matches_eager(recipe):
     for e, c in zip(eager, compiled):
         for a, b in zip(e, c):
             assert_bytes_equal(a, b, "bf16")
-    assert torch.equal(eager[1][4], torch.tensor([0, 2]))
+    # only recipes that round stochastically draw from (and advance) rng_state
+    assert torch.equal(eager[1][4], torch.tensor([0, 2] if getattr(recipe.quantizer("grad_output"), "stochastic_rounding", False)
+                                                 else [0, 0]))
 
 
 def test_linear_rejects_mixed_quantizer_families():
@@ -245,9 +250,13 @@ def test_linear_rejects_mixed_quantizer_families():
         _step(make_layer(), make_input(), recipe)
 
 
-def test_linear_nvfp4_rht_rejects_fp32_input():
+def test_linear_custom_nvfp4_rht_rejects_fp32_input():
+    # NVFP4BlockScaling turns the RHT off for fp32/fp16 (tests/parity/test_nvfp4_dtypes.py); a
+    # CustomRecipe asking for it explicitly on fp32 gets the quantizer's error.
+    from twinengine.quantizers import NVFP4Quantizer
+    recipe = R.CustomRecipe(lambda role: NVFP4Quantizer(with_rht=role != "weight"))
     with pytest.raises(TypeError, match="twinengine.quantize: NVFP4 with_rht=True with columnwise usage needs bfloat16"):
-        _step(make_layer(), make_input(), R.NVFP4BlockScaling())
+        _step(make_layer(), make_input(), recipe)
 
 
 def test_linear_stochastic_rounding_needs_rng():

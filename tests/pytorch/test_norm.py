@@ -4,14 +4,13 @@ norm-then-quantize, compile, dynamic batch, opcheck, errors, gradients vs float6
 from __future__ import annotations
 
 import contextlib
-import os
 
 import numpy as np
 import pytest
 import torch
 from helpers import assert_bytes_equal, assert_quantized_equal, fields_as_numpy, from_torch, no_recompiles, to_torch
-from norm_cases import (DTYPES, assert_norm_equal, EPS, FUSED_QUANTIZERS, FUSED_SHAPE, KS, NORMS, case_id, fused_dtype, make_param,
-                        make_rows, param_dtype, quantize_kwargs, reference_bwd, reference_fwd, run_norm)
+from norm_cases import (DTYPES, EPS, FUSED_QUANTIZERS, FUSED_SHAPE, KS, NORMS, assert_norm_equal, case_id, fused_dtype,
+                        make_case, make_param, quantize_kwargs, reference_bwd, reference_fwd, run_norm)
 
 import twinengine as te
 import twinengine.pytorch as tep
@@ -28,15 +27,6 @@ def _case_params():
                     for family in ("mixed", "nan_inf"):
                         out.append((norm, dtype, k, zcg, family))
     return out
-
-
-def _inputs(norm, dtype, k, rows, family, shift, seed=0):
-    x = make_rows(rows, k, dtype, family, seed)
-    pdt = param_dtype(dtype, shift)
-    weight = make_param(k, pdt, seed) if norm != "l2norm" else None
-    bias = make_param(k, pdt, seed + 1) if norm == "layernorm" else None
-    dy = make_rows(rows, k, dtype, "mixed", seed + 2)
-    return x, weight, bias, dy
 
 
 def _torch(a):
@@ -57,7 +47,7 @@ def _check_against_reference(norm, x, weight, bias, zcg, dy, context):
 @pytest.mark.parametrize("norm,dtype,k,zcg,family", _case_params())
 def test_norm_matches_reference(norm, dtype, k, zcg, family):
     # 37 rows: the column sums of dγ / dβ wrap around the 32 lanes.
-    x, weight, bias, dy = _inputs(norm, dtype, k, 37, family, shift=KS.index(k))
+    x, weight, bias, dy = make_case(norm, dtype, k, 37, family, shift=KS.index(k))
     _check_against_reference(norm, x, weight, bias, zcg, dy, f"{norm} {dtype} K={k} zcg={zcg} {family}")
 
 
@@ -65,14 +55,14 @@ def test_norm_matches_reference(norm, dtype, k, zcg, family):
 @pytest.mark.parametrize("norm", NORMS)
 def test_norm_small_and_empty_shapes_match_reference(norm, shape):
     k, rows = shape[-1], int(np.prod(shape[:-1]))
-    x, weight, bias, dy = _inputs(norm, "bfloat16", k, max(rows, 1), "mixed", shift=1)
+    x, weight, bias, dy = make_case(norm, "bfloat16", k, max(rows, 1), "mixed", shift=1)
     x, dy = x[:rows].reshape(shape), dy[:rows].reshape(shape)
     _check_against_reference(norm, x, weight, bias, True, dy, f"{norm} {shape}")
 
 
 @pytest.mark.parametrize("norm", NORMS)
 def test_norm_empty_rows_give_zero_parameter_gradients(norm):
-    x, weight, bias, dy = (_torch(a) for a in _inputs(norm, "float32", 16, 1, "mixed", shift=0))
+    x, weight, bias, dy = (_torch(a) for a in make_case(norm, "float32", 16, 1, "mixed", shift=0))
     x, dy = x[:0], dy[:0]
     fwd, _, bwd = run_norm(tn, norm, x, weight, bias, False, dy)
     assert fwd[0].shape == (0, 16) and all(t.shape == (0,) for t in fwd[1:])
@@ -90,7 +80,7 @@ def _unfused_then_quantize(norm, x, weight, bias, q, kwargs):
 @pytest.mark.parametrize("norm", NORMS)
 def test_norm_fused_quantize_matches_norm_then_quantize(norm, q):
     dtype = fused_dtype(q)
-    x, weight, bias, _ = (_torch(a) for a in _inputs(norm, dtype, FUSED_SHAPE[-1], 128, "mixed", shift=1))
+    x, weight, bias, _ = (_torch(a) for a in make_case(norm, dtype, FUSED_SHAPE[-1], 128, "mixed", shift=1))
     x = x.reshape(FUSED_SHAPE)
     kwargs = quantize_kwargs(q, torch.from_numpy)
     fused_fwd, qt, _ = run_norm(tn, norm, x, weight, bias, False, x, quantizer=q, **kwargs)
@@ -99,32 +89,6 @@ def test_norm_fused_quantize_matches_norm_then_quantize(norm, q):
         assert_bytes_equal(from_torch(got), from_torch(want), f"{norm} fused forward output")
     assert qt.quantizer == q and qt.shape == FUSED_SHAPE and qt.dtype == dtype
     assert_quantized_equal(fields_as_numpy(qt), fields_as_numpy(expected), f"{norm} fused {case_id(q)}")
-
-
-def _blocked_rows(k: int) -> int:
-    """More rows than the CPU kernels' row block for MXFP8 fusion (internal/cpu.h
-    parallel_block_rows: hardware threads × 2^18 elements, rounded up to 128 rows), with a partial
-    last block, so the block-by-block path and its last-block padding are exercised."""
-    block = -(-(os.cpu_count() or 1) * (1 << 18) // k)
-    block = -(-block // 128) * 128
-    return 2 * block + 96
-
-
-@pytest.mark.parametrize("q", [te.MXFP8Quantizer("e4m3"), te.MXFP8Quantizer("e5m2", with_2d_quantization=True),
-                               te.MXFP8Quantizer("e4m3", rowwise=False), te.MXFP8Quantizer("e4m3", columnwise=False)],
-                         ids=case_id)
-@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
-def test_norm_fused_mxfp8_row_blocks_match_norm_then_quantize(norm, q):
-    k = 64
-    rows = _blocked_rows(k)
-    x, weight, bias, _ = (_torch(a) for a in _inputs(norm, "bfloat16", k, rows, "mixed", shift=1))
-    x = x.reshape(2, rows // 2, k)
-    fused_fwd, qt, _ = run_norm(tn, norm, x, weight, bias, True, x, quantizer=q)
-    plain_fwd, _, _ = run_norm(tn, norm, x, weight, bias, True, x)
-    for got, want in zip(fused_fwd, plain_fwd, strict=True):
-        assert_bytes_equal(from_torch(got), from_torch(want), f"{norm} blocked fused forward output")
-    assert_quantized_equal(fields_as_numpy(qt), fields_as_numpy(tep.quantize(plain_fwd[0], q)),
-                           f"{norm} blocked fused {case_id(q)}")
 
 
 # One compiled function per norm: forward (optionally quantized) and backward.
@@ -157,7 +121,7 @@ COMPILE_QUANTIZERS = [None, te.Float8DelayedScalingQuantizer("e4m3"), te.MXFP8Qu
 @pytest.mark.parametrize("q", COMPILE_QUANTIZERS, ids=case_id)
 @pytest.mark.parametrize("norm", NORMS)
 def test_norm_compiled_matches_eager(norm, q):
-    x, weight, bias, dy = (_torch(a) for a in _inputs(norm, "bfloat16", 64, 64, "mixed", shift=1))
+    x, weight, bias, dy = (_torch(a) for a in make_case(norm, "bfloat16", 64, 64, "mixed", shift=1))
     kwargs = quantize_kwargs(q, torch.from_numpy) if q is not None else {}
     args = (x, weight, bias, dy, q, kwargs.get("scale"), kwargs.get("rng"))
     eager, compiled = _fwd_bwd(norm, *args), _COMPILED[norm](*args)

@@ -68,7 +68,7 @@ def _assert_same(a, b, what):
 
 
 @pytest.mark.parametrize("recipe_name", list(RECIPES))
-@pytest.mark.parametrize("case", ["rmsnorm_mlp", "layernorm_quantize", "residual"])
+@pytest.mark.parametrize("case", ["rmsnorm_mlp", "layernorm_quantize", "residual", "linear_tails"])
 def test_sequential_fused_matches_unfused_bytes(recipe_name, case):
     recipe, dtype = RECIPES[recipe_name], TORCH_DTYPES[dtype_for(recipe_name)]
     x, extras, dy = _inputs(case, dtype)
@@ -363,3 +363,81 @@ def test_rng_advance_op_returns_the_state_and_advances_it():
 
     assert rng_advance(state).tolist() == [5, 9]
     assert state.tolist() == [5, 10]
+
+
+@pytest.mark.parametrize("recipe_name", list(RECIPES))
+def test_modules_compile_fullgraph_every_recipe(recipe_name):
+    """Every module, every recipe, forward + backward under torch.compile(fullgraph=True) (the
+    aot_eager backend: Dynamo and AOTAutograd trace exactly what inductor would get), equal to eager."""
+    recipe, dtype = RECIPES[recipe_name], TORCH_DTYPES[dtype_for(recipe_name)]
+
+    def step(module, x):
+        with _autocast(recipe):
+            out = module(x)
+        return out[0] if isinstance(out, tuple) else out
+
+    torch._dynamo.reset()  # the same step code object compiles once per module and recipe
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    builders = [lambda: tep.LayerNormMLP(HIDDEN, 128, activation="sreglu", normalization="RMSNorm", bias=False,
+                                         params_dtype=dtype, amax_history_len=4),
+                lambda: tep.LayerNormLinear(HIDDEN, HIDDEN, return_layernorm_output=True, params_dtype=dtype,
+                                            amax_history_len=4),
+                lambda: tep.LayerNorm(HIDDEN, params_dtype=dtype), lambda: tep.RMSNorm(HIDDEN, params_dtype=dtype)]
+    x, _, dy = _inputs("rmsnorm_mlp", dtype)
+    for build in builders:
+        results = []
+        for fn in (step, compiled):
+            torch.manual_seed(0)
+            module = build()
+            out = []
+            for _ in range(2):
+                xs = x.clone().requires_grad_(True)
+                module.zero_grad()
+                y = fn(module, xs)
+                y.backward(dy)
+                out += [y.detach(), xs.grad] + [p.grad for p in module.parameters()]
+                out += [b.clone() for b in module.buffers()]
+            results.append(out)
+        _assert_same(*results, f"{type(module).__name__} {recipe_name}")
+
+
+@pytest.mark.parametrize("recipe_name", ["high_precision", "fp8_delayed", "mxfp8", "nvfp4"])
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("autocast_inside", [False, True])
+def test_checkpointed_blocks_match_plain_runs(recipe_name, reentrant, autocast_inside):
+    """torch.utils.checkpoint over LayerNormMLP and a Sequential with Dropout: outputs, gradients and
+    every buffer (amax histories, scales, rng offsets) equal the run without checkpointing — the
+    recompute replays the recorded call instead of advancing state twice."""
+    recipe, dtype = RECIPES[recipe_name], TORCH_DTYPES[dtype_for(recipe_name)]
+
+    def build():
+        torch.manual_seed(0)
+        mlp = tep.LayerNormMLP(HIDDEN, 128, activation="swiglu", params_dtype=dtype, amax_history_len=4)
+        drop = ops.Sequential(ops.Dropout(0.25, rng_seed=5), ops.GELU())
+        return mlp, drop
+
+    def body(mlp, drop, x):
+        def inner(x):
+            with _autocast(recipe) if autocast_inside else contextlib.nullcontext():
+                return drop(mlp(x))
+        return inner
+
+    x, _, dy = _inputs("rmsnorm_mlp", dtype)
+    results = []
+    for checkpointed in (False, True):
+        mlp, drop = build()
+        out = []
+        for _ in range(2):
+            xs = x.clone().requires_grad_(True)
+            fn = body(mlp, drop, xs)
+            with _autocast(recipe) if not autocast_inside else contextlib.nullcontext():
+                if checkpointed:
+                    y = torch.utils.checkpoint.checkpoint(fn, xs, use_reentrant=reentrant)
+                else:
+                    y = fn(xs)
+            y.backward(dy)
+            out += [y.detach(), xs.grad] + [p.grad.clone() for p in mlp.parameters()]
+            out += [b.clone() for b in list(mlp.buffers()) + list(drop.buffers())]
+            mlp.zero_grad()
+        results.append(out)
+    _assert_same(*results, f"checkpoint {recipe_name} reentrant={reentrant} inside={autocast_inside}")

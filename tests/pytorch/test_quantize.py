@@ -10,7 +10,7 @@ import torch
 from helpers import (INPUT_FAMILIES, assert_bytes_equal, assert_quantized_equal, fields_as_numpy, from_torch, make_input,
                      no_recompiles, to_torch)
 from quantize_cases import DELAYED_SCALE, case_id, cases, reference_dequantize, reference_quantize, scale_for
-from reference import quantize as ref
+from twinengine.testing import reference as ref
 
 import twinengine as te
 import twinengine.pytorch as tep

@@ -26,7 +26,7 @@ from quantize_block_cases import (
     sr_probe_input,
     unit_scale_blocks,
 )
-from reference import quantize as ref
+from twinengine.testing import reference as ref
 
 import twinengine as te
 import twinengine.pytorch as tep

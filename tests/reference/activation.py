@@ -1,6 +1,7 @@
 """Independent NumPy reference of the activations and their gradients (NUMERICS.md §11).
 
-Written from the spec only; never imports twinengine, torch or jax. Two references:
+Written from the spec only; never imports twinengine's kernels or frontends, torch
+or jax (it builds on the independent twinengine.testing.reference). Two references:
 
 * ``activation_fwd_ref`` / ``activation_bwd_ref``: the spec's fp32 step sequence, every
   written step one fp32 rounding (NumPy float32 arithmetic is IEEE round-to-nearest, no FMA),
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .quantize import round_to_dtype_ref, to_fp32
+from twinengine.testing.reference import round_to_dtype_ref, to_fp32
 
 GATED = ("geglu", "qgeglu", "reglu", "sreglu", "swiglu", "clamped_swiglu")
 BASE = {"gelu": "gelu", "geglu": "gelu", "qgelu": "qgelu", "qgeglu": "qgelu", "relu": "relu", "reglu": "relu",

@@ -1,11 +1,12 @@
 """Independent NumPy reference of bias add, residual add, constant scale and the bias gradient
-(NUMERICS.md §11). Written from the spec only; never imports twinengine, torch or jax."""
+(NUMERICS.md §11). Written from the spec only; never imports twinengine's kernels or frontends, torch
+or jax (it builds on the independent twinengine.testing.reference)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .quantize import round_to_dtype_ref, to_fp32
+from twinengine.testing.reference import round_to_dtype_ref, to_fp32
 from .sums import canonical_sum_ref
 
 

@@ -1,11 +1,12 @@
 """Independent NumPy reference of dropout (NUMERICS.md §11). Written from the spec only;
-never imports twinengine, torch or jax."""
+never imports twinengine's kernels or frontends, torch
+or jax (it builds on the independent twinengine.testing.reference)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .quantize import philox4x32_10_ref, round_to_dtype_ref, to_fp32
+from twinengine.testing.reference import philox4x32_10_ref, round_to_dtype_ref, to_fp32
 
 DROP_TAG = 0x44524F50  # "DROP", the fourth counter word
 

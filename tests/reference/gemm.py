@@ -1,6 +1,6 @@
 """Independent NumPy reference for the GEMM (NUMERICS.md §8), from the stored bytes.
 
-Never imports twinengine. Operands come as their stored arrays (uint8 FP8 codes, scales) and
+Never imports twinengine's kernels or frontends (builds on twinengine.testing.reference). Operands come as their stored arrays (uint8 FP8 codes, scales) and
 layout flags; the reference decodes them itself and computes in float64, returning the exact
 result of the spec's math together with a bound on the fp32 summation error of any order.
 """
@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .quantize import decode_e2m1_ref, decode_fp8_ref, e8m0_to_float_ref, unpack_e2m1_ref
+from twinengine.testing.reference import decode_e2m1_ref, decode_fp8_ref, e8m0_to_float_ref, unpack_e2m1_ref
 
 __all__ = ["per_tensor_operand_ref", "mxfp8_operand_ref", "fp8_block_operand_ref", "nvfp4_operand_ref",
-           "high_precision_operand_ref", "gemm_ref", "gemm_tolerance_ref"]
+           "high_precision_operand_ref", "gemm_ref", "gemm_tolerance_ref", "gemm_cuda_tolerance_ref",
+           "swizzle_scales_ref",
+           "unswizzle_scales_ref"]
 
 _MX_BLOCK = 32
 
@@ -106,3 +108,43 @@ def gemm_tolerance_ref(exact: np.ndarray, magnitude: np.ndarray, k: int, out_dty
     scaling and bias additions, ((k + 4) · 2^-24) · magnitude, then one rounding to out_dtype."""
     acc = (k + 4) * 2.0**-24 * magnitude
     return acc + _OUT_EPS[out_dtype] * (np.abs(exact) + acc)
+
+
+# Extra relative error of the CUDA (cuBLASLt) GEMM per format, times Σ|a·b·s| (docs/cuda.md):
+# FP8/FP4 tensor cores add a few MMA steps in a narrower accumulator before cuBLASLt promotes
+# the partial sums to fp32 (fast accumulation off); bf16/fp16 MMAs and fp32 GEMMs accumulate in fp32.
+CUDA_FORMAT_REL = {"high_precision": 2.0**-20, "fp8_current": 2.0**-12, "fp8_delayed": 2.0**-12,
+                   "mxfp8": 2.0**-12, "fp8_block": 2.0**-12, "nvfp4": 2.0**-12}
+
+
+def gemm_cuda_tolerance_ref(exact: np.ndarray, magnitude: np.ndarray, k: int, out_dtype: str,
+                            scaling_mode: str) -> np.ndarray:
+    """Allowed |out − exact| of the CUDA GEMM: the fp32 bound of :func:`gemm_tolerance_ref` plus
+    CUDA_FORMAT_REL[scaling_mode] · magnitude (cuBLASLt's accumulation is its own)."""
+    return gemm_tolerance_ref(exact, magnitude, k, out_dtype) + CUDA_FORMAT_REL[scaling_mode] * magnitude
+
+
+def swizzle_scales_ref(compact, transposed: bool = False) -> np.ndarray:
+    """Block scales in cuBLASLt's 128x4 tiled layout (NUMERICS.md §5; NVIDIA's "1D block scaling
+    factors layout", as torchao's ``to_blocked`` writes it), as a flat uint8 array.
+
+    compact: (rows, blocks) — or (blocks, rows) when transposed — rows a multiple of 128,
+    blocks of 4. Built by reshapes, not by an index formula: the (rows, blocks) array is cut
+    into 128x4 tiles taken row-major, and each tile's 128 rows, split as (4, 32), are
+    interleaved so that row r lands at (r mod 32)·16 + floor(r/32)·4.
+    """
+    s = np.asarray(compact).view(np.uint8)
+    s = s.T if transposed else s
+    rows, blocks = s.shape
+    assert rows % 128 == 0 and blocks % 4 == 0, "pad to (128k, 4k) first"
+    tiles = s.reshape(rows // 128, 128, blocks // 4, 4).transpose(0, 2, 1, 3)  # (row tile, col tile, 128, 4)
+    return np.ascontiguousarray(tiles.reshape(-1, 4, 32, 4).transpose(0, 2, 1, 3)).reshape(-1)
+
+
+def unswizzle_scales_ref(tiled, rows: int, blocks: int, transposed: bool = False) -> np.ndarray:
+    """Inverse of :func:`swizzle_scales_ref`: the compact (rows, blocks) (or (blocks, rows)) array."""
+    t = np.asarray(tiled).view(np.uint8).reshape(rows // 128, blocks // 4, 32, 4, 4)  # (rt, ct, r%32, r//32, c)
+    s = t.transpose(0, 1, 3, 2, 4).reshape(rows // 128, blocks // 4, 128, 4).transpose(0, 2, 1, 3)
+    s = s.reshape(rows, blocks)
+    return np.ascontiguousarray(s.T if transposed else s)
+

@@ -1,6 +1,7 @@
 """Independent NumPy reference of LayerNorm, RMSNorm and L2Normalization (NUMERICS.md §11).
 
-Written from the spec only; never imports twinengine, torch or jax. Every operand is float32, so
+Written from the spec only; never imports twinengine's kernels or frontends, torch
+or jax (it builds on the independent twinengine.testing.reference). Every operand is float32, so
 each NumPy operation is exactly one fp32 rounding (`fl()` in the spec), and no FMA can occur.
 Inputs x, dy, γ, β are float32 / ml_dtypes.bfloat16 / float16 arrays, widened exactly; results
 are rounded RNE to the dtype the spec names (y, dx: x's; dγ, dβ: γ's).
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .quantize import round_to_dtype_ref, to_fp32
+from twinengine.testing.reference import round_to_dtype_ref, to_fp32
 from .sums import canonical_sum_ref
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from ...ops.gemm import GEMM, copy_arrays, gemm_arrays, gemm_operand
+from ... import _C
+from ...ops.gemm import (GEMM, copy_arrays, gemm_arrays, gemm_operand, gemm_plan_query, gemm_workspace_bytes,
+                         with_workspace)
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
+from .._library import (check_tensor_device, dtype_name, empty_outputs, launch, meta, surface_errors,
+                        tensor_fallback)
 
 
 def _describe(x):
@@ -24,8 +27,14 @@ def _gemm_impl(a, b, bias, a_columnwise: bool, b_columnwise: bool, out_dtype: st
         (out,) = empty_outputs(GEMM.infer(*args, **kwargs), device)
         return out
     call = GEMM.plan(*args, **kwargs)
+    if device.type == "cuda":
+        # The plan's workspace, from the caching allocator on the current stream.
+        major, minor = torch.cuda.get_device_capability(device)
+        query = gemm_plan_query(*args, **kwargs, device="cuda", sm=10 * major + minor,
+                                cublaslt_version=_C.gemm_cublaslt_version())
+        call = with_workspace(call, gemm_workspace_bytes(_C.gemm_plan(query), query))
     arrays = gemm_arrays(a, b, bias, a_columnwise, b_columnwise)
-    (out,) = launch(call, [arrays[name] for name in call.inputs], device)
+    out = launch(call, [arrays[name] for name in call.inputs], device)[0]
     return out
 
 
@@ -63,6 +72,7 @@ def _nvfp4_only(qt: QuantizedTensor, amax: torch.Tensor | None) -> torch.Tensor 
     return amax if qt.quantizer.scaling_mode == "nvfp4" else None
 
 
+@surface_errors(tensor_fallback)
 def gemm(a: torch.Tensor | QuantizedTensor, b: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
          a_columnwise: bool = False, b_columnwise: bool = False, out_dtype: torch.dtype = torch.float32
          ) -> torch.Tensor:

@@ -11,25 +11,32 @@ from __future__ import annotations
 
 import torch
 
-from ...linear import check_delayed_state, check_rng, linear_quantizers
+from ...linear import check_delayed_state, check_linear_shapes, check_rng, linear_quantizers
 from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from ..autocast import current_recipe
+from .._library import dtype_name, surface_errors, tensor_fallback
+from .bias import bias_add, bias_grad
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
 
 
+def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """fl(y + b) in y's dtype after the GEMM's own rounding (NUMERICS.md §11 "Fusion never changes
+    bytes"): the bytes of ops.BasicLinear followed by ops.Bias."""
+    return y if bias is None else bias_add(y, bias)
+
+
 def _bias_grad(dy2: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Σ_rows dy as the GEMM ones(1, M) · dy (fp32 accumulation, one rounding)."""
-    ones = torch.ones(1, dy2.shape[0], dtype=dy2.dtype, device=dy2.device)
-    return gemm(ones, dy2, b_columnwise=True, out_dtype=dtype).reshape(dy2.shape[1])
+    """Σc over the rows of dy (NUMERICS.md §11): the bias family's kernel, as ops.Bias uses."""
+    return bias_grad(dy2, dtype)
 
 
 # ---- high precision ---------------------------------------------------------------------
 
 def _linear_body(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    y = gemm(x.reshape(-1, x.shape[-1]), weight, bias, out_dtype=x.dtype)
+    y = _add_bias(gemm(x.reshape(-1, x.shape[-1]), weight, out_dtype=x.dtype), bias)
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -45,7 +52,7 @@ def _linear_setup(ctx, inputs, output):
 
 
 def _linear_backward(ctx, dy):
-    x, weight = ctx.saved_tensors
+    x, weight = (t.detach() for t in ctx.saved_tensors)  # torch.func runs backwards with grad enabled
     dy2 = dy.reshape(-1, dy.shape[-1])
     x2 = x.reshape(-1, x.shape[-1])
     dx = gemm(dy2, weight, b_columnwise=True, out_dtype=x.dtype).reshape(x.shape)
@@ -55,6 +62,25 @@ def _linear_backward(ctx, dy):
 
 
 _linear.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
+class _LinearFunction(torch.autograd.Function):
+    """The differentiable path of ``linear`` in high precision. An autograd.Function with
+    setup_context (not the custom op's register_autograd, which torch.func rejects in torch
+    2.13) over the same custom op and the same backward, so torch.func.grad / vjp /
+    functional_call, eager autograd and torch.compile run one code path."""
+
+    @staticmethod
+    def forward(x, weight, bias):
+        return torch.ops.twinengine.linear(x, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _linear_setup(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _linear_backward(ctx, dy)
 
 
 # ---- quantized --------------------------------------------------------------------------
@@ -71,7 +97,7 @@ def _linear_quantized_body(
     delayed = fwd_scale is not None
     x2 = x.reshape(-1, x.shape[-1])
     qx = quantize(x2, input_quantizer, scale=fwd_scale[0:1] if delayed else None)
-    if weight is not None:
+    if w_rowwise_data is None:  # quantize the weight (else: its given copies, e.g. a cached FP8 weight)
         qw = quantize(weight, weight_quantizer, scale=fwd_scale[1:2] if delayed else None)
         w_amax = qw.amax
     else:
@@ -79,11 +105,11 @@ def _linear_quantized_body(
                              columnwise_data=w_columnwise_data, columnwise_scale_inv=w_columnwise_scale_inv,
                              quantizer=weight_quantizer, shape=tuple(w_rowwise_data.shape))
         w_amax = None
-    y = gemm(qx, qw, bias, out_dtype=x.dtype).reshape(*x.shape[:-1], qw.shape[0])
+    y = _add_bias(gemm(qx, qw, out_dtype=x.dtype), bias).reshape(*x.shape[:-1], qw.shape[0])
     zero = torch.zeros(1, dtype=torch.float32, device=x.device)
     amax = torch.cat([qx.amax if delayed else zero, w_amax if delayed and w_amax is not None else zero])
     x_col_amax = qx.columnwise_amax if qx.columnwise_amax is not None else zero.clone()
-    if weight is None:  # the backward reads the given copies (an op must not return its inputs)
+    if w_rowwise_data is not None:  # the backward reads the given copies (an op must not return its inputs)
         empty = [torch.empty(0, dtype=t.dtype, device=x.device) for t in (w_columnwise_data, w_columnwise_scale_inv)]
         return y, qx.columnwise_data, qx.columnwise_scale_inv, empty[0], empty[1], x_col_amax, zero.clone(), amax
     w_col_amax = qw.columnwise_amax if qw.columnwise_amax is not None else zero.clone()
@@ -101,7 +127,7 @@ def _linear_quantized_setup(ctx, inputs, output):
      rng, margin, algo) = inputs
     _, x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, amax = output
     ctx.mark_non_differentiable(x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, amax)
-    if weight is None:
+    if given_w_col is not None:
         w_col, w_col_scale = given_w_col, given_w_col_scale
     ctx.save_for_backward(x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, bwd_scale, bwd_history, rng)
     ctx.quantizers = (input_q, weight_q, grad_q)
@@ -135,48 +161,71 @@ def _linear_quantized_backward(ctx, dy, *unused_grads):
 _linear_quantized.register_autograd(_linear_quantized_backward, setup_context=_linear_quantized_setup)
 
 
+class _LinearQuantizedFunction(torch.autograd.Function):
+    """The differentiable path of ``linear`` under a recipe (see ``_LinearFunction``)."""
+
+    @staticmethod
+    def forward(*inputs):
+        return torch.ops.twinengine.linear_quantized(*inputs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _linear_quantized_setup(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _linear_quantized_backward(ctx, *grads)
+
+
+@surface_errors(tensor_fallback)
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
            delayed_state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-           rng: torch.Tensor | None = None) -> torch.Tensor:
+           rng: torch.Tensor | None = None, weight_cache: QuantizedTensor | None = None) -> torch.Tensor:
     """y = x · wᵀ (+ bias), quantized as the innermost ``twinengine.pytorch.autocast`` recipe says.
 
     Shapes: x (..., K); weight (N, K) (a tensor, or a QuantizedTensor with both copies); bias
         (N,); y (..., N). delayed_state (DelayedScaling only): (fwd_amax_history (L, 2),
         fwd_scale (2,), bwd_amax_history (L, 1), bwd_scale (1,)), updated in place: the forward
         slots after the forward, the grad slot during the backward (NUMERICS.md §3).
+        weight_cache: the tensor weight's quantized copies (both usages, the recipe's weight
+        quantizer) used instead of quantizing it — FP8 weight caching across micro-batches
+        (``twinengine.pytorch.Linear(..., is_first_microbatch=...)``); `weight` still gets its
+        gradient.
     Dtypes: x, weight, bias fp32 / bf16 / fp16; y has x's dtype, grads their input's dtype.
     Numerics: outside autocast the three GEMMs run in high precision (fp32 accumulation);
         inside, x and w are quantized with the recipe's input / weight quantizers and dy with
         its grad_output quantizer (NUMERICS.md §8, §9); the bias gradient is the fp32-accumulated
         column sum of dy. Same kernels as ``twinengine.jax.dense``: identical bytes.
     Raises:
-        TypeError: unsupported recipe / quantizer combination, QuantizedTensor weight without
-            a recipe or in NVFP4; ValueError: delayed state missing or of the wrong length,
-            stochastic rounding without rng.
+        TypeError: unsupported recipe / quantizer combination, QuantizedTensor weight (or
+            weight_cache) without a recipe or in NVFP4; ValueError: delayed state missing or of
+            the wrong length, stochastic rounding without rng.
     """
     recipe = current_recipe()
     quantized_weight = isinstance(weight, QuantizedTensor)
+    check_linear_shapes(x.shape, weight.shape, None if bias is None else bias.shape)
     if recipe is None:
-        if quantized_weight:
+        if quantized_weight or weight_cache is not None:
             raise TypeError("twinengine.linear: a QuantizedTensor weight needs an active "
                             "twinengine.pytorch.autocast(recipe=...) region")
-        return torch.ops.twinengine.linear(x, weight, bias)
-    qs = linear_quantizers(recipe)
+        return _LinearFunction.apply(x, weight, bias)
+    qs = linear_quantizers(recipe, dtype_name(x.dtype))
     check_rng(qs, rng is not None)
-    if quantized_weight and weight.quantizer.scaling_mode == "nvfp4":
+    copies = weight if quantized_weight else weight_cache
+    if copies is not None and copies.quantizer.scaling_mode == "nvfp4":
         raise TypeError("twinengine.linear: pre-quantized NVFP4 weights are not supported; pass the high-precision "
                         "weight (it is quantized per call)")
     fwd_history = fwd_scale = bwd_history = bwd_scale = None
     if qs.delayed:
         check_delayed_state(None if delayed_state is None else delayed_state[0].shape[0], qs)
         fwd_history, fwd_scale, bwd_history, bwd_scale = delayed_state
-    weight_q = weight.quantizer if quantized_weight else qs.weight
-    if quantized_weight:
-        w_parts = (None, weight.rowwise_data, weight.rowwise_scale_inv, weight.columnwise_data,
-                   weight.columnwise_scale_inv)
+    weight_q = qs.weight if copies is None else copies.quantizer
+    if copies is not None:
+        w_parts = (None if quantized_weight else weight, copies.rowwise_data, copies.rowwise_scale_inv,
+                   copies.columnwise_data, copies.columnwise_scale_inv)
     else:
         w_parts = (weight, None, None, None, None)
-    y, *_, amax = torch.ops.twinengine.linear_quantized(
+    y, *_, amax = _LinearQuantizedFunction.apply(
         x, w_parts[0], bias, *w_parts[1:], qs.input, weight_q, qs.grad_output, fwd_scale, bwd_scale, bwd_history,
         rng if qs.needs_rng else None, qs.margin, qs.amax_compute_algo)
     if qs.delayed:

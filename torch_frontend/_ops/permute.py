@@ -23,7 +23,9 @@ from ...ops.permute import (
     check_split_values,
     require_num_rows,
     check_quantized_input,
+    check_routing_map,
     check_routing_values,
+    check_sort_chunks_probs,
     quantized_row_fields,
     reject_quantized,
     padded_rows,
@@ -32,7 +34,8 @@ from ...ops.permute import (
 )
 from ...ops.quantize import ArrayMeta
 from ...quantized_tensor import ARRAY_FIELDS, QuantizedTensor
-from .._library import check_tensor_device, empty_outputs, launch, meta
+from .._library import (check_tensor_device, empty_outputs, launch, meta, surface_errors, tensor_fallback,
+                        tuple_fallback)
 from ..autocast import current_recipe
 
 Tensor = torch.Tensor
@@ -196,10 +199,13 @@ def _inspectable(t: Tensor) -> bool:
 def _routing_map(op: str, routing_map: Tensor, map_type: str) -> Tensor:
     """A bool mask viewed as uint8 (same bytes); routing values checked when inspectable."""
     check_tensor_device(op, "routing_map", routing_map)
+    check_routing_map(op, map_type, meta(routing_map))
     if routing_map.dtype == torch.bool:
         routing_map = routing_map.view(torch.uint8)
     if _inspectable(routing_map) and routing_map.numel() > 0:
         check_routing_values(op, map_type, int(routing_map.min()), int(routing_map.max()))
+    if routing_map.dtype == torch.int64:  # torch.topk's indices, F.one_hot's masks
+        routing_map = routing_map.to(torch.int32)
     return routing_map
 
 
@@ -243,6 +249,7 @@ def _permute_with_map(op: str, inp, probs, routing_map: Tensor, num_out_tokens: 
     return out, permuted_probs, row_id_map
 
 
+@surface_errors(tuple_fallback(2))
 def moe_permute(inp: Tensor | QuantizedTensor, routing_map: Tensor, num_out_tokens: int = -1,
                 map_type: str = "mask") -> tuple[Tensor | QuantizedTensor, Tensor]:
     """Permutes token rows into expert-major order (NUMERICS.md §10).
@@ -269,6 +276,7 @@ def moe_permute(inp: Tensor | QuantizedTensor, routing_map: Tensor, num_out_toke
     return out, row_id_map
 
 
+@surface_errors(tuple_fallback(3))
 def moe_permute_with_probs(inp: Tensor | QuantizedTensor, probs: Tensor, routing_map: Tensor,
                            num_out_tokens: int = -1, map_type: str = "mask"
                            ) -> tuple[Tensor | QuantizedTensor, Tensor, Tensor]:
@@ -285,6 +293,7 @@ def moe_permute_with_probs(inp: Tensor | QuantizedTensor, probs: Tensor, routing
     return _permute_with_map("moe_permute_with_probs", inp, probs, routing_map, num_out_tokens, map_type)
 
 
+@surface_errors(tensor_fallback)
 def moe_unpermute(inp: Tensor, row_id_map: Tensor, merging_probs: Tensor | None = None,
                   restore_shape: Sequence[int] | None = None, map_type: str = "mask",
                   pad_offsets: Tensor | None = None) -> Tensor:
@@ -324,6 +333,8 @@ def _sort_chunks(op: str, inp, probs, split_sizes: Tensor, sorted_index: Tensor)
         check_tensor_device(op, name, t)
     split_sizes, sorted_index = split_sizes.to(torch.int32), sorted_index.to(torch.int32)
     num_tokens = inp.shape[0]
+    if probs is not None:
+        check_sort_chunks_probs(op, meta(probs), num_tokens)
     CHUNK_MAP.validate(meta(split_sizes), meta(sorted_index), num_tokens)
     if _inspectable(split_sizes) and _inspectable(sorted_index):
         check_chunk_values(op, split_sizes.tolist(), sorted_index.tolist(), num_tokens)
@@ -332,6 +343,7 @@ def _sort_chunks(op: str, inp, probs, split_sizes: Tensor, sorted_index: Tensor)
     return _permute_rows(inp, row_id_map, probs, num_tokens, num_tokens, "index", op)
 
 
+@surface_errors(tensor_fallback)
 def moe_sort_chunks_by_index(inp: Tensor | QuantizedTensor, split_sizes: Tensor,
                              sorted_index: Tensor) -> Tensor | QuantizedTensor:
     """Splits the rows of ``inp`` into chunks of ``split_sizes`` and concatenates them in the
@@ -351,6 +363,7 @@ def moe_sort_chunks_by_index(inp: Tensor | QuantizedTensor, split_sizes: Tensor,
     return out
 
 
+@surface_errors(tuple_fallback(2))
 def moe_sort_chunks_by_index_with_probs(inp: Tensor | QuantizedTensor, probs: Tensor, split_sizes: Tensor,
                                         sorted_index: Tensor) -> tuple[Tensor | QuantizedTensor, Tensor]:
     """moe_sort_chunks_by_index that also reorders ``probs`` (N,): returns (output, permuted_probs).

@@ -6,7 +6,14 @@ import math
 
 import torch
 
+from ...linear import linear_quantizers
+from ...quantized_tensor import QuantizedTensor
+from ...recipe import DelayedScaling
+from .._library import dtype_name, surface_errors, tensor_fallback
 from .._ops.linear import linear
+from .._ops.quantize import quantize
+from ..autocast import current_recipe, replay_region
+from ..te_migration import load_te_checkpoint_hook
 
 
 class Linear(torch.nn.Module):
@@ -21,9 +28,14 @@ class Linear(torch.nn.Module):
     RNG: ``rng_state`` int64 (2,) buffer [seed, offset] (seed ``rng_seed``, offset 0): recipes
         whose grad_output rounds stochastically (NVFP4) use it for the call and advance the
         offset by one per forward, the same deterministic sequence ``twinengine.jax.dense``
-        reproduces with ``rng=[seed, offset]``.
+        reproduces with ``rng=[seed, offset]``; other recipes (and high precision) neither
+        read nor advance it, so their forward mutates no buffer (torch.func-friendly).
     Weight: ``weight`` may be replaced by a twinengine QuantizedTensor holding both copies
         (``del layer.weight; layer.weight = qt``): it is then used as is, without a gradient.
+    FP8 weight caching (TE's flag): ``layer(x, is_first_microbatch=True)`` quantizes the weight
+        once and keeps it; ``is_first_microbatch=False`` reuses it for the following
+        micro-batches of the same optimizer step (the weight still gets its gradient); see
+        ``_weight_cache``. Checkpoints: a TE Linear state dict loads (``te_migration.py``).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
@@ -38,21 +50,138 @@ class Linear(torch.nn.Module):
             self.register_buffer(name, torch.zeros(shape, dtype=torch.float32, device=device))
         self.register_buffer("fwd_scale", torch.ones(2, dtype=torch.float32, device=device))
         self.register_buffer("bwd_scale", torch.ones(1, dtype=torch.float32, device=device))
-        self.register_buffer("rng_state", torch.tensor([rng_seed, 0], dtype=torch.int64, device=device))
+        self.register_buffer("rng_state", torch.empty(2, dtype=torch.int64, device=device))
+        self.rng_seed = rng_seed
         self.reset_parameters()
+        self.register_load_state_dict_pre_hook(load_te_checkpoint_hook)  # TE checkpoints (te_migration.py)
 
     def reset_parameters(self) -> None:
-        """torch.nn.Linear's initialisation (from torch's global RNG)."""
-        torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        """torch.nn.Linear's initialisation (from torch's global RNG) of the parameters, and the
+        initial state: histories 0, scales 1, rng_state [rng_seed, 0].
+
+        Deferred initialisation: build on ``device="meta"``, then ``to_empty(device=...)`` and
+        call ``reset_parameters()`` (``to_empty`` leaves every tensor uninitialised); the result
+        equals a layer built on that device from the same torch RNG state.
+        """
+        if isinstance(self.weight, torch.nn.Parameter):  # not a pre-quantized QuantizedTensor weight
+            torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
             torch.nn.init.uniform_(self.bias, -bound, bound)
+        with torch.no_grad():
+            for name in ("fwd_amax_history", "bwd_amax_history"):
+                getattr(self, name).zero_()
+            self.fwd_scale.fill_(1.0)
+            self.bwd_scale.fill_(1.0)
+            self.rng_state.copy_(torch.tensor([self.rng_seed, 0], dtype=torch.int64))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Advance first and use a value computed from the advanced state: a plain clone of the
-        # buffer may be elided by inductor and then read after the buffer update.
-        step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
-        advanced = self.rng_state + step
-        self.rng_state.copy_(advanced)
-        return linear(x, self.weight, self.bias, rng=advanced - step,
-                      delayed_state=(self.fwd_amax_history, self.fwd_scale, self.bwd_amax_history, self.bwd_scale))
+    def forward(self, x: torch.Tensor, is_first_microbatch: bool | None = None) -> torch.Tensor:
+        if not torch.compiler.is_compiling():
+            if torch._C._current_graph_task_id() != -1:
+                return self._recompute(x)  # a forward run by the backward pass: checkpoint recompute
+            cache = self._weight_cache(is_first_microbatch)
+            if not torch.is_grad_enabled() or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+                self._record(x, cache)  # a forward that activation checkpointing may recompute
+            return self._forward(x, self.fwd_amax_history, self.fwd_scale, None, cache)
+        return self._forward(x, self.fwd_amax_history, self.fwd_scale, None, self._weight_cache(is_first_microbatch))
+
+    def _weight_cache(self, is_first_microbatch: bool | None) -> QuantizedTensor | None:
+        """The quantized weight this call uses in place of quantizing ``weight`` (TE's FP8 weight
+        caching), or None. ``is_first_microbatch=True`` quantizes the weight (with the recipe's
+        weight quantizer; DelayedScaling: the current weight scale) and keeps it in
+        ``fp8_weight_cache``; ``False`` reuses that copy while it was made by the same quantizer
+        (else it is remade); ``None`` (default) neither reads nor writes it. High precision and
+        NVFP4 weights (pre-quantized NVFP4 operands are not supported) are never cached."""
+        recipe = current_recipe()
+        if is_first_microbatch is None or recipe is None or isinstance(self.weight, QuantizedTensor):
+            return None
+        qs = linear_quantizers(recipe, dtype_name(self.weight.dtype))
+        if qs.weight.scaling_mode == "nvfp4":
+            return None
+        cache = self.__dict__.get("fp8_weight_cache")
+        if is_first_microbatch or cache is None or cache.quantizer != qs.weight:
+            with torch.no_grad():
+                cache = quantize(self.weight, qs.weight, scale=self.fwd_scale[1:2] if qs.delayed else None)
+            self.__dict__["fp8_weight_cache"] = cache
+        return cache
+
+    @surface_errors(tensor_fallback)
+    def _forward(self, x: torch.Tensor, fwd_history: torch.Tensor, fwd_scale: torch.Tensor,
+                 rng: torch.Tensor | None, cache: QuantizedTensor | None = None) -> torch.Tensor:
+        state = (fwd_history, fwd_scale, self.bwd_amax_history, self.bwd_scale)
+        recipe = current_recipe()
+        if recipe is None or not linear_quantizers(recipe).needs_rng:
+            if isinstance(recipe, DelayedScaling) and torch.compiler.is_compiling():
+                _mark_stateful_compiled_forward()
+            return linear(x, self.weight, self.bias, delayed_state=state, weight_cache=cache)
+        if rng is None:
+            if torch.compiler.is_compiling():
+                _mark_stateful_compiled_forward()
+            # Advance first and use a value computed from the advanced state: a plain clone of
+            # the buffer may be elided by inductor and then read after the buffer update.
+            step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
+            advanced = self.rng_state + step
+            self.rng_state.copy_(advanced)
+            rng = advanced - step
+        return linear(x, self.weight, self.bias, rng=rng, delayed_state=state, weight_cache=cache)
+
+    # ---- activation checkpointing (eager) -------------------------------------------------
+    # torch.utils.checkpoint re-runs the forward inside the backward pass (both modes), where
+    # no autocast region is active and the state has moved on. A forward that checkpointing may
+    # recompute (grad disabled: the reentrant first pass; saved-tensor hooks active: the
+    # non-reentrant one) records what it used — the recipe, the forward scales, the rng value —
+    # with a hash of the input's bytes (oldest first: a recompute takes the first record its input
+    # matches); the recompute replays exactly that call without touching the
+    # buffers (the grad slot is updated once, by the one backward that runs). Compiled code
+    # needs none of this: AOTAutograd recomputes inside the graph from the same values.
+
+    def _record(self, x: torch.Tensor, cache: QuantizedTensor | None) -> None:
+        recipe = current_recipe()
+        rng = None
+        if recipe is not None and linear_quantizers(recipe).needs_rng:
+            rng = self.rng_state.clone()
+        records = self.__dict__.setdefault("_checkpoint_records", [])
+        # the input's hash stays a tensor (no device sync in the forward); it is compared in the recompute
+        records.append((_input_meta(x), torch.hash_tensor(x.detach()), recipe, self.fwd_scale.detach().clone(), rng,
+                        cache))
+        if len(records) > _MAX_RECORDS:  # forwards never recomputed (evaluation): drop the oldest
+            del records[0]
+
+    def _recompute(self, x: torch.Tensor) -> torch.Tensor:
+        records = self.__dict__.get("_checkpoint_records", [])
+        meta, digest = _input_meta(x), torch.hash_tensor(x.detach())
+        for i, record in enumerate(records):
+            if record[0] == meta and torch.equal(record[1], digest):
+                _, _, recipe, fwd_scale, rng, cache = records.pop(i)
+                break
+        else:
+            raise RuntimeError(
+                "twinengine.pytorch.Linear: a forward ran inside a backward pass (activation checkpointing "
+                "recompute) with an input this layer did not see in a checkpointed forward; the recomputed "
+                "forward must be deterministic and see the same inputs")
+        # throwaway forward state: the recompute reads the recorded scales and updates nothing
+        with replay_region(recipe):
+            return self._forward(x, self.fwd_amax_history.detach().clone(), fwd_scale.clone(), rng, cache)
+
+
+_MAX_RECORDS = 4096
+
+
+def _input_meta(x: torch.Tensor) -> tuple:
+    """With the input's hash (torch.hash_tensor), what matches a recompute to its original call."""
+    return (tuple(x.shape), x.dtype, x.device)
+
+
+_STATEFUL_COMPILED_FORWARD: dict[str, bool] = {}
+"""Written by every compiled forward that advances layer state (DelayedScaling scales,
+stochastic-rounding offsets)."""
+
+
+def _mark_stateful_compiled_forward() -> None:
+    # A Python side effect on purpose. Outside torch.utils.checkpoint Dynamo replays it (a
+    # harmless attribute write). Inside a compiled checkpoint region Dynamo cannot replay side
+    # effects in the recompute, so it graph-breaks — the region then runs as eager
+    # checkpointing, which replays this layer exactly (see _record / _recompute) — or, with
+    # fullgraph=True, raises "HOP: Unsafe side effect" instead of recomputing the forward from
+    # already-advanced state (a silently different gradient).
+    _STATEFUL_COMPILED_FORWARD["seen"] = True

@@ -10,8 +10,10 @@ from typing import Any
 import torch
 
 from ...fusion.blocks import block_layout, mlp_widths, normalization_kind
+from ...fusion.ops import normalized_features
 from ..ops import BasicLinear, Bias, LayerNorm as _LayerNormOp, MakeExtraOutput, RMSNorm as _RMSNormOp, run_ops
 from ..ops.activation import activation_op
+from ..te_migration import load_te_checkpoint_hook
 
 
 def _norm_op(normalization: str, hidden: int, eps: float, zero_centered_gamma: bool):
@@ -34,11 +36,13 @@ def _linear_weight(out_features: int, in_features: int, dtype: torch.dtype, devi
 
 
 class LayerNorm(torch.nn.Module):
-    """TE's ``te.LayerNorm``: parameters ``weight``, ``bias`` (hidden_size,); NUMERICS.md §11."""
+    """TE's ``te.LayerNorm(normalized_shape, eps)``: parameters ``weight``, ``bias`` (normalized_shape,);
+    NUMERICS.md §11."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
+    def __init__(self, normalized_shape: Any, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
                  params_dtype: torch.dtype = torch.float32, device: Any = None) -> None:
         super().__init__()
+        hidden_size = normalized_features("LayerNorm", normalized_shape)
         self._op = _norm_op("LayerNorm", hidden_size, eps, zero_centered_gamma)
         _norm_params(self, "LayerNorm", hidden_size, zero_centered_gamma, params_dtype, device, "")
 
@@ -47,11 +51,12 @@ class LayerNorm(torch.nn.Module):
 
 
 class RMSNorm(torch.nn.Module):
-    """TE's ``te.RMSNorm``: parameter ``weight`` (hidden_size,); NUMERICS.md §11."""
+    """TE's ``te.RMSNorm(normalized_shape, eps)``: parameter ``weight`` (normalized_shape,); NUMERICS.md §11."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
+    def __init__(self, normalized_shape: Any, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
                  params_dtype: torch.dtype = torch.float32, device: Any = None) -> None:
         super().__init__()
+        hidden_size = normalized_features("RMSNorm", normalized_shape)
         self._op = _norm_op("RMSNorm", hidden_size, eps, zero_centered_gamma)
         _norm_params(self, "RMSNorm", hidden_size, zero_centered_gamma, params_dtype, device, "")
 
@@ -97,13 +102,15 @@ class LayerNormLinear(_NormBlock):
     Parameters (TE names): ``layer_norm_weight``, ``layer_norm_bias`` (LayerNorm only),
         ``weight`` (out_features, in_features), ``bias`` (out_features,) when ``bias``.
     Returns: y, or (y, normalized input) with ``return_layernorm_output``.
+    Checkpoints: a TE LayerNormLinear state dict loads as is (``_extra_state`` rule in
+        ``twinengine.pytorch.te_migration``).
     State: the Linear's delayed-scaling buffers and ``rng_state`` (seed ``rng_seed``) live in its
         BasicLinear op inside ``basic_ops``.
     Raises:
         ValueError: normalization not "LayerNorm"/"RMSNorm", bad sizes, eps < 0.
     """
 
-    def __init__(self, in_features: int, out_features: int, eps: float = 1e-5, bias: bool = True, *,
+    def __init__(self, in_features: int, out_features: int, eps: float = 1e-5, *, bias: bool = True,
                  normalization: str = "LayerNorm", return_layernorm_output: bool = False,
                  zero_centered_gamma: bool = False, params_dtype: torch.dtype = torch.float32, device: Any = None,
                  amax_history_len: int = 1024, rng_seed: int = 0) -> None:
@@ -118,6 +125,7 @@ class LayerNormLinear(_NormBlock):
         self.basic_ops = torch.nn.ModuleList(_block_ops(self._layout, normalization, eps, zero_centered_gamma,
                                                         [(in_features, out_features)], None, None, device,
                                                         amax_history_len, rng_seed))
+        self.register_load_state_dict_pre_hook(load_te_checkpoint_hook)  # TE checkpoints (te_migration.py)
 
 
 class LayerNormMLP(_NormBlock):
@@ -128,13 +136,15 @@ class LayerNormMLP(_NormBlock):
         ``fc1_weight`` (fc1 width, hidden_size), ``fc1_bias``, ``fc2_weight`` (hidden_size,
         ffn_hidden_size), ``fc2_bias``.
     Returns: y, or (y, normalized input) with ``return_layernorm_output``.
+    Checkpoints: a TE LayerNormMLP state dict loads as is (``_extra_state`` rule in
+        ``twinengine.pytorch.te_migration``; FC1 is TE's GEMM 0, FC2 its GEMM 1).
     State: FC1's and FC2's delayed-scaling buffers and ``rng_state`` in their BasicLinear ops,
         seeded ``rng_seed`` and ``rng_seed + 1``.
     Raises:
         ValueError: unknown normalization or activation, bad sizes, eps < 0.
     """
 
-    def __init__(self, hidden_size: int, ffn_hidden_size: int, eps: float = 1e-5, bias: bool = True, *,
+    def __init__(self, hidden_size: int, ffn_hidden_size: int, eps: float = 1e-5, *, bias: bool = True,
                  normalization: str = "LayerNorm", activation: str = "gelu", return_layernorm_output: bool = False,
                  zero_centered_gamma: bool = False, activation_params: dict | None = None,
                  params_dtype: torch.dtype = torch.float32, device: Any = None, amax_history_len: int = 1024,
@@ -153,3 +163,4 @@ class LayerNormMLP(_NormBlock):
                                                         [(hidden_size, fc1_width), (ffn_hidden_size, hidden_size)],
                                                         activation, activation_params, device, amax_history_len,
                                                         rng_seed))
+        self.register_load_state_dict_pre_hook(load_te_checkpoint_hook)  # TE checkpoints (te_migration.py)

@@ -79,7 +79,8 @@ _BY_KIND = {cls.activation: cls for cls in (GELU, GEGLU, QGELU, QGEGLU, ReLU, Re
 def activation_op(kind: str, **params: float) -> _Activation:
     """The activation op of a kind name ("gelu", "swiglu", ...; core/ops/activation.py), as
     LayerNormMLP's ``activation=`` takes it; ``params`` (limit, alpha) for clamped_swiglu only."""
-    from ...fusion.blocks import activation_kind
+    from ...fusion.blocks import activation_kind, check_activation_params
 
+    params = check_activation_params(kind, params)
     cls = _BY_KIND[activation_kind(kind)]
-    return cls(**params) if params else cls()
+    return cls(**params)

@@ -27,8 +27,13 @@ class Dropout(BasicOperation):
         self.p = check_dropout_p(p)
         self.register_buffer("rng_state", torch.tensor([rng_seed, 0], dtype=torch.int64, device=device))
 
+    replay_snapshot = ("rng",)
+
     def describe(self) -> OpDesc:
         return OpDesc("dropout", "Dropout")
+
+    def op_advances_state(self, static) -> bool:
+        return static["active"]
 
     def op_call(self, recipe):
         if not self.training or self.p == 0.0:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ...fusion.ops import OpDesc, check_features, check_input_kind
+from ...fusion.ops import OpDesc, check_features, check_input_kind, check_param_shape
 from ...linear import check_delayed_state, linear_quantizers
 from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
@@ -44,6 +44,7 @@ class BasicLinear(BasicOperation):
     """
 
     param_names = ("weight",)
+    replay_snapshot = ("fwd_scale", "rng")
 
     def __init__(self, in_features: int, out_features: int, *, device: Any = None, dtype: torch.dtype = torch.float32,
                  amax_history_len: int = 1024, rng_seed: int = 0, own_params: bool = True) -> None:
@@ -74,6 +75,10 @@ class BasicLinear(BasicOperation):
         if qs.needs_rng:
             tensors["rng"] = rng_advance(self.rng_state)
         return {"quantizers": qs}, tensors
+
+    def op_advances_state(self, static) -> bool:
+        qs = static["quantizers"]
+        return qs is not None and (qs.delayed or qs.needs_rng)
 
     def op_input_quantization(self, static, tensors):
         qs = static["quantizers"]
@@ -106,8 +111,15 @@ class BasicLinear(BasicOperation):
     def op_forward_compute(self, x, params, *, quantizers=None, fwd_scale=None, bwd_scale=None,
                            bwd_amax_history=None, rng=None):
         (weight,) = params
+        check_param_shape("BasicLinear", "weight", weight.shape, (self.out_features, self.in_features))
         quantized_input = isinstance(x, QuantizedTensor)
         lead = tuple(x.shape[:-1])
+        if quantizers is not None and not quantized_input and x.numel() == 0:
+            # Zero rows: nothing to quantize or multiply (NUMERICS §3: an all-zero amax leaves the
+            # delayed-scaling state unchanged); empty output, zero weight gradient.
+            y = torch.empty(*lead, weight.shape[0], dtype=x.dtype, device=x.device)
+            amax = torch.zeros(2, dtype=torch.float32, device=x.device) if quantizers.delayed else None
+            return y, {"qs": None, "x": x, "weight": weight, "amax": amax}
         if quantizers is None:
             check_input_kind("BasicLinear", quantized_input, False)
             y = gemm(_rows(x), weight, out_dtype=x.dtype).reshape(*lead, weight.shape[0])

@@ -11,19 +11,9 @@ from typing import Any
 
 import torch
 
-from ...fusion.ops import OpDesc, check_eps, check_features, check_input_kind
+from ...fusion.ops import OpDesc, check_eps, check_features, check_input_kind, check_param_shape, normalized_features
 from .._ops.norm import l2norm_bwd, l2norm_fwd, layernorm_bwd, layernorm_fwd, rmsnorm_bwd, rmsnorm_fwd
 from .op import BasicOperation
-
-
-def _normalized_features(op: str, normalized_shape: Any) -> int:
-    if isinstance(normalized_shape, (tuple, list, torch.Size)):
-        if len(normalized_shape) != 1:
-            raise ValueError(f"twinengine.{op}: normalized_shape must have one dimension (the last), "
-                             f"got {tuple(normalized_shape)}")
-        normalized_shape = normalized_shape[0]
-    check_features(op, normalized_shape=normalized_shape)
-    return int(normalized_shape)
 
 
 def _output(y, qt):
@@ -43,7 +33,7 @@ class LayerNorm(BasicOperation):
     def __init__(self, normalized_shape: Any, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
                  device: Any = None, dtype: torch.dtype = torch.float32, own_params: bool = True) -> None:
         super().__init__()
-        self.normalized_shape = _normalized_features("LayerNorm", normalized_shape)
+        self.normalized_shape = normalized_features("LayerNorm", normalized_shape)
         self.eps = check_eps("LayerNorm", eps)
         self.zero_centered_gamma = bool(zero_centered_gamma)
         if own_params:
@@ -56,6 +46,8 @@ class LayerNorm(BasicOperation):
 
     def op_forward_compute(self, x, params, *, quantizer=None, scale=None, rng=None):
         weight, bias = params
+        check_param_shape("LayerNorm", "weight", weight.shape, (self.normalized_shape,))
+        check_param_shape("LayerNorm", "bias", bias.shape, (self.normalized_shape,))
         check_input_kind("LayerNorm", not isinstance(x, torch.Tensor), False)
         y, mu, rstd, qt = layernorm_fwd(x, weight, bias, self.eps, self.zero_centered_gamma, quantizer=quantizer,
                                         scale=scale, rng=rng)
@@ -78,7 +70,7 @@ class RMSNorm(BasicOperation):
     def __init__(self, normalized_shape: Any, eps: float = 1e-5, *, zero_centered_gamma: bool = False,
                  device: Any = None, dtype: torch.dtype = torch.float32, own_params: bool = True) -> None:
         super().__init__()
-        self.normalized_shape = _normalized_features("RMSNorm", normalized_shape)
+        self.normalized_shape = normalized_features("RMSNorm", normalized_shape)
         self.eps = check_eps("RMSNorm", eps)
         self.zero_centered_gamma = bool(zero_centered_gamma)
         if own_params:
@@ -90,6 +82,7 @@ class RMSNorm(BasicOperation):
 
     def op_forward_compute(self, x, params, *, quantizer=None, scale=None, rng=None):
         (weight,) = params
+        check_param_shape("RMSNorm", "weight", weight.shape, (self.normalized_shape,))
         check_input_kind("RMSNorm", not isinstance(x, torch.Tensor), False)
         y, rstd, qt = rmsnorm_fwd(x, weight, self.eps, self.zero_centered_gamma, quantizer=quantizer, scale=scale,
                                   rng=rng)

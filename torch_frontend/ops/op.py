@@ -56,6 +56,11 @@ class OpContext:
     def _tensors(self) -> list[torch.Tensor]:
         return [self._leaves[i] for i in self._tensor_slots]
 
+    def _drop_tensors(self) -> None:
+        """Forgets the tensors once they are in save_for_backward (the backward rebuilds ``saved``)."""
+        self._leaves = [None if i in set(self._tensor_slots) else leaf for i, leaf in enumerate(self._leaves)]
+        self.saved = None
+
     def _for_backward(self, tensors: list[torch.Tensor]) -> "_BackwardContext":
         """The context the backward sees: ``saved`` rebuilt around the saved tensors (a new object:
         the traced backward must not mutate objects of the forward)."""
@@ -90,6 +95,9 @@ class BasicOperation(torch.nn.Module):
     """
 
     param_names: tuple[str, ...] = ()
+    replay_snapshot: tuple[str, ...] = ()
+    """Tensor kwargs of ``op_call`` holding module state that later calls change (scales, rng
+    values): a checkpoint recompute replays copies of them."""
     num_extra_inputs: int = 0
     num_extra_outputs: int = 0
 
@@ -116,6 +124,11 @@ class BasicOperation(torch.nn.Module):
         """Per-call arguments of compute: (static kwargs, tensor kwargs). Called once per forward,
         outside the autograd function (may advance module state such as an rng offset)."""
         return {}, {}
+
+    def op_advances_state(self, static: dict) -> bool:
+        """Whether a call with these static kwargs reads or advances module state (delayed-scaling
+        scales, an rng offset): compiled checkpointing must then not recompute it."""
+        return False
 
     def op_input_quantization(self, static: dict, tensors: dict) -> dict | None:
         """How this op wants its input quantized in this call ({"quantizer", "scale"}), so the

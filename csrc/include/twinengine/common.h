@@ -56,6 +56,24 @@ typedef enum {
   kTweInternalError = 4,
 } TweStatus;
 
+/*! \brief How a CPU kernel may run in parallel: the `stream` argument of every ABI call on CPU views.
+ *
+ *  On CPU views the `stream` of an ABI call is a `const TweCpuExecutor*`, or NULL for the default:
+ *  twinengine's own persistent thread pool with one thread per CPU the process may run on
+ *  (`twe_cpu_default_threads()`). Results never depend on the executor or the thread count: a
+ *  kernel splits its work in the same pieces whatever runs them.
+ */
+typedef struct {
+  int32_t num_threads; /*!< threads the call may keep busy, the calling thread included; <= 0: the default */
+  /*! Runs task(arg) once, soon, on some thread (the caller waits for nothing else it scheduled);
+   *  NULL: twinengine's persistent pool. Frameworks pass their own pool here (XLA's intra-op pool). */
+  void (*schedule)(void* pool, void (*task)(void* arg), void* arg);
+  void* pool; /*!< first argument of schedule */
+} TweCpuExecutor;
+
+/*! \brief Threads a CPU kernel uses when its stream is NULL: the CPUs this process may run on. */
+int twe_cpu_default_threads(void);
+
 /*! \brief Message describing the last failed call on this thread ("" if none). */
 const char* twe_last_error(void);
 

@@ -24,9 +24,21 @@
  *
  *  Accumulation is fp32. Bias (N,) fp32/bf16/fp16 is added in fp32 after the scaling; the sum
  *  is rounded (RNE) once to the output dtype fp32 / bf16 / fp16. The CPU path computes every
- *  partial sum with the bundled sgemm (deterministic for a given shape); the CUDA path runs a
- *  dequantize-in-registers tiled GEMM with the same block structure, equal to the CPU path
- *  within fp32 summation-order error.
+ *  partial sum with the bundled sgemm (deterministic for a given shape). The CUDA path follows
+ *  the plan of twe_gemm_plan (one table): cuBLASLt on the stored operands where the device
+ *  runs the format natively (per-tensor FP8 sm_89+, FP8 block sm_90 with cuBLASLt >= 12.9,
+ *  MXFP8 / NVFP4 sm_100+, high precision everywhere), else the operands are dequantized into
+ *  the workspace and multiplied by a bf16 / fp32 cuBLASLt GEMM, else (no cuBLASLt, K == 0) a
+ *  dequantize-in-registers tiled kernel. CUDA results equal the CPU path within the documented
+ *  per-format tolerance (docs/cuda.md): cuBLASLt's accumulation order is its own.
+ *
+ *  Workspace: CUDA GEMMs take a uint8 workspace whose size the caller computes from the plan
+ *  (core/ops/gemm.py gemm_workspace_bytes; TweGemmPlan.workspace_bytes is the same number).
+ *  Layout, each part starting at a multiple of 256 bytes: the cuBLASLt workspace
+ *  (kTweGemmCublasWorkspaceBytes when cuBLASLt runs), then A's staging, then B's staging
+ *  (swizzled scales: the padded scale tensor's bytes; dequantized data: rows·K·2 (bf16) or
+ *  ·4 (fp32)), then the fp32 (M, N) output staging, then 256 bytes of device scalars, plus
+ *  256 bytes of slack so an unaligned base pointer can be rounded up to 256.
  */
 #ifndef TWINENGINE_GEMM_H_
 #define TWINENGINE_GEMM_H_
@@ -60,16 +72,114 @@ typedef struct {
   TweGemmScaling scaling; /*!< format of both operands */
 } TweGemmParams;
 
-/*! \brief out (M, N) = A (M, K) · B (N, K)ᵀ (+ bias), fp32 accumulation.
- *  \param[in]  a       operand A, logically (M, K) (NVFP4 data (M, K/2)).
- *  \param[in]  b       operand B, logically (N, K).
- *  \param[in]  bias    (N,) fp32/bf16/fp16, or NULL / data == NULL for none.
- *  \param[out] out     (M, N) fp32/bf16/fp16.
- *  \param[in]  params  operand format.
+/*! \brief Bytes of the cuBLASLt workspace part (32 MiB, NVIDIA's recommendation for Hopper/Blackwell). */
+#define kTweGemmCublasWorkspaceBytes ((int64_t)33554432)
+
+/*! \brief Which kernel computes a GEMM. */
+typedef enum {
+  kTweGemmPathNone = 0,           /*!< nothing to compute: M or N is 0 */
+  kTweGemmPathCpu = 1,            /*!< the CPU kernel (CPU views) */
+  kTweGemmPathTiled = 2,          /*!< CUDA dequantize-in-registers tiled kernel (no cuBLASLt, or K == 0) */
+  kTweGemmPathCublasLt = 3,       /*!< cuBLASLt on the stored operands (native format) */
+  kTweGemmPathDequantCublasLt = 4 /*!< dequantize/widen into the workspace, then cuBLASLt bf16/fp32 */
+} TweGemmPath;
+
+/*! \brief What an operand needs before cuBLASLt reads it. */
+typedef enum {
+  kTweGemmStageNone = 0,    /*!< read as stored */
+  kTweGemmStageSwizzle = 1, /*!< block scales into the 128x4 tiled layout (NUMERICS.md §5) */
+  kTweGemmStageBF16 = 2,    /*!< decoded values (x̂ exactly representable) as bf16 */
+  kTweGemmStageFP32 = 3     /*!< decoded or widened values as fp32 */
+} TweGemmStaging;
+
+/*! \brief How bias and the output rounding are applied. */
+typedef enum {
+  kTweGemmEpilogueDirect = 0,    /*!< cuBLASLt writes out; no bias */
+  kTweGemmEpilogueBias = 1,      /*!< cuBLASLt's bias epilogue (bias dtype == out dtype, bf16/fp16 out) */
+  kTweGemmEpilogueBiasAdd = 2,   /*!< cuBLASLt writes fp32 out, then out = fl(out + bias) */
+  kTweGemmEpilogueStaged = 3     /*!< cuBLASLt writes fp32 staging, then out = RNE(fl(acc (+ bias))) */
+} TweGemmEpilogue;
+
+/*! \brief A GEMM as the dispatcher sees it (operand views reduced to dtypes, layouts, sizes). */
+typedef struct {
+  TweGemmScaling scaling;
+  TweDType a_dtype;          /*!< stored data dtype of A (uint8 for NVFP4) */
+  TweDType b_dtype;
+  TweDType out_dtype;
+  TweDType bias_dtype;       /*!< ignored without bias */
+  int32_t has_bias;
+  int32_t a_k_major;
+  int32_t b_k_major;
+  int32_t a_block_2d;
+  int32_t b_block_2d;
+  int64_t m;
+  int64_t n;
+  int64_t k;
+  int64_t a_scale_bytes;     /*!< bytes of A's scale_inv tensor (swizzle staging size), 0 if none */
+  int64_t b_scale_bytes;
+  TweDevice device;
+  int32_t sm;                /*!< CUDA compute capability, major·10 + minor (ignored on CPU) */
+  int32_t cublaslt_version;  /*!< cublasLtGetVersion() of the loaded library, 0 when none loads */
+} TweGemmPlanQuery;
+
+/*! \brief The dispatcher's decision. A and B are this ABI's operands; cuBLASLt sees the
+ *  column-major product outᵀ (N, M) = B · Aᵀ, so its "A" is our B and its "B" our A. */
+typedef struct {
+  TweGemmPath path;
+  int32_t cublas_transa;       /*!< cuBLASLt op of its A (our B): 0 = N, 1 = T */
+  int32_t cublas_transb;       /*!< cuBLASLt op of its B (our A): 0 = N, 1 = T */
+  int32_t a_scale_mode;        /*!< cublasLtMatmulMatrixScale_t of our A, -1 for none */
+  int32_t b_scale_mode;
+  TweGemmStaging a_staging;
+  TweGemmStaging b_staging;
+  TweDType a_compute_dtype;    /*!< element type cuBLASLt reads for A (uint8 = packed E2M1) */
+  TweDType b_compute_dtype;
+  TweGemmEpilogue epilogue;
+  int64_t workspace_bytes;     /*!< bytes of workspace the CUDA path needs (0 for CPU / none) */
+  char reason[160];            /*!< why this path (e.g. why not native), for errors and docs */
+} TweGemmPlan;
+
+/*! \brief The dispatcher: format × device capability × layout → kernel choice (one table).
+ *  \param[in]  query  the GEMM.
+ *  \param[out] plan   the decision.
+ *  \return kTweInvalidArgument (with a message) for impossible combinations.
+ */
+TweStatus twe_gemm_plan(const TweGemmPlanQuery* query, TweGemmPlan* plan);
+
+/*! \brief Parameters of the scale swizzle. */
+typedef struct {
+  int32_t transposed;  /*!< 1: the compact scales are stored (blocks, rows) (MXFP8 columnwise), else (rows, blocks) */
+  int32_t inverse;     /*!< 1: unswizzle (tiled -> compact), 0: swizzle (compact -> tiled) */
+} TweGemmSwizzleParams;
+
+/*! \brief Moves block scales between the compact padded layout and cuBLASLt's 128×4 tiled layout
+ *  (NUMERICS.md §5): compact (rows, blocks) — or (blocks, rows) when transposed — with rows a
+ *  multiple of 128 and blocks a multiple of 4; tiled: 128×4 tiles row-major over tiles, 512
+ *  bytes each, element (r, c) of a tile at (r mod 32)·16 + floor(r/32)·4 + c.
+ *  \param[in]  in      uint8 scales, 2-D (compact when swizzling, tiled when unswizzling).
+ *  \param[out] out     uint8 scales, same shape as `in`.
+ *  \param[in]  params  direction and compact orientation.
  *  \param[in]  stream  cudaStream_t for CUDA views, ignored for CPU views.
  */
+TweStatus twe_gemm_swizzle_scales(const TweTensorView* in, TweTensorView* out, const TweGemmSwizzleParams* params,
+                                  void* stream);
+
+/*! \brief cublasLtGetVersion() of the cuBLASLt library the CUDA path loads (0 when it cannot be
+ *  loaded, or in a build without CUDA). */
+int64_t twe_gemm_cublaslt_version(void);
+
+/*! \brief out (M, N) = A (M, K) · B (N, K)ᵀ (+ bias), fp32 accumulation.
+ *  \param[in]  a          operand A, logically (M, K) (NVFP4 data (M, K/2)).
+ *  \param[in]  b          operand B, logically (N, K).
+ *  \param[in]  bias       (N,) fp32/bf16/fp16, or NULL / data == NULL for none.
+ *  \param[out] out        (M, N) fp32/bf16/fp16.
+ *  \param[out] workspace  uint8 (bytes,) scratch on out's device, at least the plan's
+ *                         workspace_bytes (CUDA); NULL / absent for CPU views.
+ *  \param[in]  params     operand format.
+ *  \param[in]  stream     cudaStream_t for CUDA views, ignored for CPU views.
+ */
 TweStatus twe_gemm(const TweGemmOperand* a, const TweGemmOperand* b, const TweTensorView* bias, TweTensorView* out,
-                   const TweGemmParams* params, void* stream);
+                   TweTensorView* workspace, const TweGemmParams* params, void* stream);
 
 /*! \brief Parameters of a grouped GEMM. */
 typedef struct {

@@ -859,6 +859,143 @@ TWE_HOST_DEVICE uint8_t dropout_mask_byte(int64_t m, int64_t n, uint64_t thresho
 TWE_HOST_DEVICE float dropout_apply(float x, bool kept, float scale) { return kept ? x * scale : 0.0f; }
 
 // ---------------------------------------------------------------------------------------
+// Attention (docs/attention.md): log, scores, online-softmax steps, dropout stream "ATTN"
+// ---------------------------------------------------------------------------------------
+
+/*! ln(x) in fp32 (FreeBSD's e_logf algorithm, without FMA): x = 2^k · (1 + f) with
+ *  1 + f in [sqrt(2)/2, sqrt(2)), then log(1+f) from s = f/(2+f) and a degree-4 polynomial in s².
+ *  +0/-0 -> -inf, x < 0 -> NaN, NaN -> NaN, +inf -> +inf; subnormals are scaled by 2^25 first. */
+TWE_HOST_DEVICE float log_f32(float x) {
+  const float ln2_hi = bits_to_float(0x3F317180u);  // 6.9313812256e-01
+  const float ln2_lo = bits_to_float(0x3717F7D1u);  // 9.0580006145e-06
+  const float lg1 = bits_to_float(0x3F2AAAAAu);     // 0.66666662693
+  const float lg2 = bits_to_float(0x3ECCCE13u);     // 0.40000972152
+  const float lg3 = bits_to_float(0x3E91E9EEu);     // 0.28498786688
+  const float lg4 = bits_to_float(0x3E789E26u);     // 0.24279078841
+  int32_t ix = static_cast<int32_t>(float_to_bits(x));
+  int32_t k = 0;
+  if (ix < 0x00800000) {                                           // x < 2^-126, or negative
+    if ((ix & 0x7FFFFFFF) == 0) return bits_to_float(0xFF800000u);  // log(±0) = -inf
+    if (ix < 0) return bits_to_float(0x7FC00000u);                  // log(<0) = NaN
+    k -= 25;
+    x = x * bits_to_float(0x4C000000u);  // 2^25, exact
+    ix = static_cast<int32_t>(float_to_bits(x));
+  }
+  if (ix >= 0x7F800000) return x + x;  // +inf, NaN
+  k += (ix >> 23) - 127;
+  ix &= 0x007FFFFF;
+  const int32_t i0 = (ix + (0x95F64 << 3)) & 0x800000;
+  x = bits_to_float(static_cast<uint32_t>(ix | (i0 ^ 0x3F800000)));  // x or x/2, in [sqrt(2)/2, sqrt(2))
+  k += i0 >> 23;
+  const float f = x - 1.0f;
+  const float dk = static_cast<float>(k);
+  if ((0x007FFFFF & (0x8000 + ix)) < 0xC000) {  // -2^-9 <= f < 2^-9
+    if (f == 0.0f) {
+      if (k == 0) return 0.0f;
+      const float a = dk * ln2_hi;
+      const float b = dk * ln2_lo;
+      return a + b;
+    }
+    const float third = 0.333333333333f * f;
+    const float half_minus = 0.5f - third;
+    const float ff = f * f;
+    const float r = ff * half_minus;
+    if (k == 0) return f - r;
+    const float a = dk * ln2_lo;
+    const float b = r - a;
+    const float c = b - f;
+    const float d = dk * ln2_hi;
+    return d - c;
+  }
+  const float s = f / (2.0f + f);
+  const float z = s * s;
+  int32_t i = ix - (0x6147A << 3);
+  const float w = z * z;
+  const int32_t j = (0x6B851 << 3) - ix;
+  const float w4 = w * lg4;
+  const float t1 = w * (lg2 + w4);
+  const float w3 = w * lg3;
+  const float t2 = z * (lg1 + w3);
+  i |= j;
+  const float r = t2 + t1;
+  if (i > 0) {
+    const float hf = 0.5f * f;
+    const float hfsq = hf * f;
+    const float sr = s * (hfsq + r);
+    if (k == 0) return f - (hfsq - sr);
+    const float a = sr + dk * ln2_lo;
+    const float b = hfsq - a;
+    const float c = b - f;
+    return dk * ln2_hi - c;
+  }
+  const float sr = s * (f - r);
+  if (k == 0) return f - sr;
+  const float a = sr - dk * ln2_lo;
+  const float c = a - f;
+  return dk * ln2_hi - c;
+}
+
+/*! One attention score x = fl(dot · s), dot = Σc_d fl(q_d · k_d) (docs/attention.md §3.1). */
+TWE_HOST_DEVICE float attention_score(const float* q, const float* k, int64_t d, float scale) {
+  const float dot = canonical_sum(d, [q, k](int64_t i) { return q[i] * k[i]; });
+  return dot * scale;
+}
+
+/*! Scores of m keys at once, for SIMD over keys on the CPU: out[c] = fl(Σc_d fl(q_d · k[d·ldk + c])
+ *  · s) for c < m, with k stored d-major (ldk floats between d rows). Every out[c] performs
+ *  exactly attention_score's operations in its order (lane d mod 32, d ascending, then
+ *  canonical_fold), so the bytes are the same. `scratch` holds 32·m floats. Host only. */
+inline void attention_scores_columns(const float* q, const float* k, int64_t d_n, int64_t ldk, int64_t m, float scale,
+                                     float* scratch, float* out) {
+  for (int64_t i = 0; i < kSumLanes * m; ++i) scratch[i] = 0.0f;
+  for (int64_t d = 0; d < d_n; ++d) {
+    float* p = scratch + (d % kSumLanes) * m;
+    const float* row = k + d * ldk;
+    const float qd = q[d];
+    for (int64_t c = 0; c < m; ++c) p[c] = p[c] + qd * row[c];
+  }
+  for (int half = kSumLanes / 2; half > 0; half >>= 1)
+    for (int l = 0; l < half; ++l) {
+      float* lo = scratch + l * m;
+      const float* hi = scratch + (l + half) * m;
+      for (int64_t c = 0; c < m; ++c) lo[c] = lo[c] + hi[c];
+    }
+  for (int64_t c = 0; c < m; ++c) out[c] = scratch[c] * scale;
+}
+
+/*! Online-softmax rescale factor α = exp_f32(fl(m_old − m_new)) (+0 while m_old = −inf). */
+TWE_HOST_DEVICE float attention_rescale(float m_old, float m_new) { return exp_f32(m_old - m_new); }
+
+/*! Unnormalized probability p = exp_f32(fl(x − m)) (m the running max, or lse in backward). */
+TWE_HOST_DEVICE float attention_prob(float x, float m) { return exp_f32(x - m); }
+
+/*! lse = fl(m + log_f32(l)). */
+TWE_HOST_DEVICE float attention_lse(float m, float l) {
+  const float log_l = log_f32(l);
+  return m + log_l;
+}
+
+/*! ds = fl(p · fl(dp − Δ)). */
+TWE_HOST_DEVICE float attention_dscore(float p, float dp, float delta) {
+  const float diff = dp - delta;
+  return p * diff;
+}
+
+/*! Fourth counter word of attention dropout's Philox draws ("ATTN"). */
+constexpr uint32_t kAttentionDropoutCounterTag = 0x4154544Eu;
+
+/*! Whether attention probability n (= ((b·H + h)·S_q + i)·S_kv + j) is kept: word n mod 4 of
+ *  Philox4x32-10 of counter (floor(n/4) mod 2^32, floor(n/2^34), offset, 0x4154544E) under key
+ *  (seed, 0) is >= threshold. */
+TWE_HOST_DEVICE bool attention_dropout_keep(uint64_t n, uint64_t threshold, uint32_t seed, uint32_t offset) {
+  const uint64_t j = n >> 2;
+  const Philox4x32 counter{{static_cast<uint32_t>(j), static_cast<uint32_t>(j >> 32), offset,
+                            kAttentionDropoutCounterTag}};
+  const Philox4x32 w = philox4x32_10(counter, seed, 0u);
+  return static_cast<uint64_t>(w.x[n & 3u]) >= threshold;
+}
+
+// ---------------------------------------------------------------------------------------
 // Bias / residual add and constant scale (NUMERICS.md §11)
 // ---------------------------------------------------------------------------------------
 

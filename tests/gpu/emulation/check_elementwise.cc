@@ -4,6 +4,7 @@
 // entry points), dropout forward / backward, bias add, residual add, scale and the bias gradient.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,16 +43,32 @@ struct Buf {
   size_t bytes() const { return static_cast<size_t>(numel(v)) * esize(v.dtype); }
 };
 
+/*! Element i of a high-precision view widened to fp32 (NaN test only). */
+static float element(const Buf& a, int64_t i) {
+  switch (a.v.dtype) {
+    case kTweFloat32: return static_cast<const float*>(a.v.data)[i];
+    case kTweBFloat16: return numerics::bf16_to_float(static_cast<const uint16_t*>(a.v.data)[i]);
+    case kTweFloat16: return numerics::fp16_to_float(static_cast<const uint16_t*>(a.v.data)[i]);
+    default: return 0.0f;
+  }
+}
+
+/*! Byte equality per element, except that two NaNs of a float dtype match whatever their sign and
+ *  payload (IEEE leaves them open; the emulation compiles the .cu code differently from the CPU
+ *  kernels, so x86 picks NaN operands in another order). */
 static void compare(const Buf& a, const Buf& b, const std::string& what) {
   ++checks;
+  const size_t es = esize(a.v.dtype);
+  const bool floating = is_high_precision(a.v.dtype);
   const uint8_t* pa = static_cast<const uint8_t*>(a.v.data);
   const uint8_t* pb = static_cast<const uint8_t*>(b.v.data);
-  for (size_t i = 0; i < a.bytes(); ++i) {
-    if (pa[i] != pb[i]) {
-      if (failures < 40) std::printf("MISMATCH %s: byte %zu of %zu: cuda %02x cpu %02x\n", what.c_str(), i, a.bytes(), pa[i], pb[i]);
-      ++failures;
-      return;
-    }
+  for (int64_t i = 0; i < numel(a.v); ++i) {
+    if (std::memcmp(pa + i * es, pb + i * es, es) == 0) continue;
+    if (floating && numerics::is_nan(element(a, i)) && numerics::is_nan(element(b, i))) continue;
+    if (failures < 40) std::printf("MISMATCH %s: element %lld of %lld\n", what.c_str(), static_cast<long long>(i),
+                                   static_cast<long long>(numel(a.v)));
+    ++failures;
+    return;
   }
 }
 
