@@ -268,6 +268,24 @@ TweStatus gemm(const GemmArgs& args) {
 
 namespace {
 
+/*! out[r][j] = fl(out[r][j] + bias[j]) rounded to out's dtype: each expert's output is its GEMM
+ *  rounded to the output dtype, then the bias added — the bytes of BasicLinear + Bias / tep.Linear. */
+void add_bias_rows(const TweTensorView& out, const TweTensorView& bias) {
+  const int64_t r = rows(out), n = cols(out);
+  dispatch_high_precision(out.dtype, [&](auto out_tag) {
+    using Out = decltype(out_tag);
+    return dispatch_high_precision(bias.dtype, [&](auto bias_tag) {
+      using Bias = decltype(bias_tag);
+      Out* y = static_cast<Out*>(out.data);
+      const Bias* b = static_cast<const Bias*>(bias.data);
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          y[i * n + j] = FromFloat<Out>::apply(numerics::add_f32(to_float(y[i * n + j]), to_float(b[j])));
+      return kTweSuccess;
+    });
+  });
+}
+
 void zero_elements(const TweTensorView& v, int64_t offset, int64_t count) {
   if (count > 0) std::memset(static_cast<char*>(v.data) + offset * element_size(v.dtype), 0,
                              static_cast<size_t>(count * element_size(v.dtype)));
@@ -318,10 +336,7 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
       b.data = args.b_k_major ? view_2d(*args.b, g * n * k, n, k) : view_2d(*args.b, g * n * k, k, n);
       b.k_major = args.b_k_major;
       out = view_2d(*args.out, begin * n, rows, n);
-      if (args.bias) {
-        bias = view_2d(*args.bias, g * n, 1, n);
-        call.bias = &bias;
-      }
+      if (args.bias) bias = view_2d(*args.bias, g * n, 1, n);  // added after the GEMM's rounding (below)
       call.m = rows;
       call.k = k;
     } else {
@@ -340,6 +355,7 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
     }
     const TweStatus st = gemm(call);
     if (st) return st;
+    if (!args.ragged_k && args.bias) add_bias_rows(out, bias);
   }
   if (!args.ragged_k) zero_elements(*args.out, last_end * n, (args.m - last_end) * n);
   return kTweSuccess;

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .bias import bias_grad_grouped
 from ...ops.gemm import (
     GROUPED_GEMM,
     GROUPED_GEMM_FP8,
@@ -56,8 +57,7 @@ def _grouped_bwd(res, dy):
     dw = _grouped_wgrad(dy, x, m_splits, False, w.dtype)
     db = None
     if bias_tag is not None:
-        ones = jnp.ones((1, dy.shape[0]), dy.dtype)
-        db = _grouped_wgrad(ones, dy, m_splits, True, bias_tag.dtype).reshape(w.shape[0], w.shape[1])
+        db = bias_grad_grouped(dy, m_splits, bias_tag.dtype)
     return dx, dw, np.zeros(m_splits.shape, jax.dtypes.float0), db
 
 
@@ -110,7 +110,7 @@ def _grouped_fp8_bwd(qs, res, dy):
     dw = ffi(call, [d_a, d_col_s, x_b, x_col_s, m_splits])[0]
     db = None
     if b_tag is not None:
-        db = _grouped_wgrad(jnp.ones((1, rows), dy.dtype), dy, m_splits, True, b_tag.dtype).reshape(groups, n)
+        db = bias_grad_grouped(dy, m_splits, b_tag.dtype)
     return dx, dw, np.zeros(m_splits.shape, jax.dtypes.float0), db
 
 

@@ -9,6 +9,7 @@ from typing import Sequence
 
 import torch
 
+from .bias import bias_grad_grouped
 from ...ops.gemm import (
     GROUPED_GEMM,
     GROUPED_GEMM_FP8,
@@ -64,14 +65,12 @@ def grouped_fprop(x: Tensor, weight: Tensor, m_splits: Tensor, bias: Tensor | No
 def grouped_backward(dy: Tensor, x: Tensor, weight: Tensor, m_splits: Tensor, bias_dtype: torch.dtype | None
                      ) -> tuple[Tensor, Tensor, Tensor | None]:
     """(dx (M, K), dweight (G, N, K), dbias (G, N) or None), each group exactly tep.Linear's
-    backward on its rows (dgrad, wgrad, bias gradient as ones · dy)."""
+    backward on its rows (dgrad, wgrad, bias gradient Σc over the group's rows)."""
     dx = torch.ops.twinengine.grouped_gemm(dy, weight, m_splits, None, True, dtype_name(x.dtype))
     dw = torch.ops.twinengine.grouped_gemm_wgrad(dy, x, m_splits, False, dtype_name(weight.dtype))
     db = None
     if bias_dtype is not None:
-        ones = torch.ones(1, dy.shape[0], dtype=dy.dtype, device=dy.device)
-        db = torch.ops.twinengine.grouped_gemm_wgrad(ones, dy, m_splits, True, dtype_name(bias_dtype))
-        db = db.reshape(weight.shape[0], weight.shape[1])
+        db = bias_grad_grouped(dy, m_splits, bias_dtype)
     return dx, dw, db
 
 
@@ -188,8 +187,7 @@ def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtyp
     dw = torch.ops.twinengine.grouped_gemm_wgrad_fp8(d_a, d_col_s, x_b, x_col_s, m_splits, mode, dtype_name(w_dtype))
     db = None
     if b_dtype is not None:
-        ones = torch.ones(1, rows, dtype=dy.dtype, device=dy.device)
-        db = torch.ops.twinengine.grouped_gemm_wgrad(ones, dy, m_splits, True, dtype_name(b_dtype)).reshape(groups, n)
+        db = bias_grad_grouped(dy, m_splits, b_dtype)
     return dx, dw, db
 
 
