@@ -7,13 +7,19 @@ from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
 from ._ops.gemm import gemm
+from ._ops.grouped_dense import grouped_dense
 from .interop import from_torch
 from ._ops.permute import (
+    moe_pad_splits,
     moe_permute,
+    moe_permute_and_pad_with_probs,
     moe_permute_with_probs,
     moe_sort_chunks_by_index,
     moe_sort_chunks_by_index_with_probs,
+    moe_unpad_splits,
     moe_unpermute,
+    token_combine,
+    token_dispatch,
 )
 from ._ops.quantize import (dequantize, fake_quantize, make_empty, quantize, quantize_into, record_amax,
                            update_delayed_scaling)
@@ -35,14 +41,20 @@ __all__ = [
     "fake_quantize",
     "export_disabled_checks",
     "gemm",
+    "grouped_dense",
+    "moe_pad_splits",
     "moe_permute",
+    "moe_permute_and_pad_with_probs",
     "moe_permute_with_probs",
     "moe_sort_chunks_by_index",
     "moe_sort_chunks_by_index_with_probs",
+    "moe_unpad_splits",
     "moe_unpermute",
     "quantize",
     "quantize_into",
     "make_empty",
     "record_amax",
+    "token_combine",
+    "token_dispatch",
     "update_delayed_scaling",
 ]

@@ -61,11 +61,14 @@ def _ffi_call(call: KernelCall, inputs) -> list:
 def ffi(call: KernelCall, inputs: list) -> list:
     """Runs a planned kernel call as an XLA FFI custom call; returns its outputs.
 
-    vmap runs the call once per batch element, so batching never changes the numerics.
-    Called eagerly (no input is a tracer), it runs a jax.jit of the call kept with the
-    (cached) plan, so repeated eager calls dispatch a compiled executable instead of binding
-    the custom call afresh each time; the kernel and its bytes are the same.
+    vmap runs the call once per batch element, so batching never changes the numerics. A call
+    whose outputs are all empty has nothing to write and is not emitted. Called eagerly (no
+    input is a tracer), it runs a jax.jit of the call kept with the (cached) plan, so repeated
+    eager calls dispatch a compiled executable instead of binding the custom call afresh each
+    time; the kernel and its bytes are the same.
     """
+    if all(np.prod(spec.shape, dtype=np.int64) == 0 for spec in call.outputs):
+        return [jnp.zeros(spec.shape, jax.dtypes.canonicalize_dtype(jax_dtype(spec.dtype))) for spec in call.outputs]
     if any(isinstance(a, jax.core.Tracer) for a in inputs):
         return _ffi_call(call, inputs)
     jitted = call.memo.get("jax")

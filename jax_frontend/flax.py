@@ -41,6 +41,7 @@ from ..recipe import DelayedScaling, Recipe
 from ..te_migration import as_recipe
 from .autocast import current_recipe
 from ._ops.dense import delayed_scaling_state, dense
+from ._ops.grouped_dense import grouped_dense
 
 FP8_META = "fp8_meta"
 """Variable collection holding each Dense's DelayedScaling state."""
@@ -86,6 +87,31 @@ class Dense(nn.Module):
                 state.value = state_after_forward  # what the torch Linear's buffers hold after its forward
             return y
         return dense(x, kernel, bias, recipe=recipe, rng=rng)
+
+
+class GroupedDense(nn.Module):
+    """``y = module(x, group_sizes)``: rows of group g go through expert g, y_g = x_g · kernel[g]
+    + bias[g] (the Flax form of twinengine.pytorch.GroupedLinear).
+
+    Shapes: x (..., K) -> y (..., features); kernel (num_gemms, K, features); bias
+        (num_gemms, features); group_sizes (num_gemms,) int (traced: no recompile per split).
+    Dtypes: parameters in `param_dtype`, cast to x's dtype for the compute.
+    Numerics / Raises: exactly ``twinengine.jax.grouped_dense`` (high precision only).
+    """
+
+    num_gemms: int
+    features: int
+    use_bias: bool = True
+    param_dtype: Any = jnp.float32
+    kernel_init: Callable = nn.initializers.lecun_normal(batch_axis=(0,))
+    bias_init: Callable = nn.initializers.zeros_init()
+
+    @nn.compact
+    def __call__(self, x, group_sizes):
+        kernel = self.param("kernel", self.kernel_init, (self.num_gemms, x.shape[-1], self.features), self.param_dtype)
+        bias = (self.param("bias", self.bias_init, (self.num_gemms, self.features), self.param_dtype)
+                if self.use_bias else None)
+        return grouped_dense(x, kernel.astype(x.dtype), group_sizes, None if bias is None else bias.astype(x.dtype))
 
 
 from .flax_blocks import LayerNorm, LayerNormDenseGeneral, LayerNormMLP  # noqa: E402,F401  (block modules)

@@ -111,7 +111,8 @@ def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device,
     """Runs a planned kernel call on the current stream of `device` (made the current CUDA
     device for the call, as the CUDA kernels require), on CPU with ``torch.get_num_threads()``
     threads (results never depend on the count); returns its outputs. `outputs`, when given, are
-    written in place (contiguous, of the planned shapes and dtypes: the caller checks)."""
+    written in place (contiguous, of the planned shapes and dtypes: the caller checks). A call
+    whose outputs are all empty has nothing to write and launches nothing."""
     outs, prepared = packed_call(call, device)
     inputs = [t.contiguous() for t in inputs]  # kept alive until the call returns
     in_views = [_view(t) for t in inputs]
@@ -120,6 +121,8 @@ def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device,
         out_views = [(t.data_ptr(), *view) for t, (_, _, view) in zip(outputs, outs)]
     else:
         out_views = [_view(t) for t in outputs]
+    if all(t.numel() == 0 for t in outputs):
+        return outputs
     if device.type == "cuda":
         with torch.cuda.device(device):
             prepared(in_views, out_views, torch.cuda.current_stream(device).cuda_stream)

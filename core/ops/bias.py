@@ -86,3 +86,25 @@ BIAS_GRAD = OpDef(name="bias_grad", args=("dy",), attrs=("dtype",), validate=_va
 
 Shapes: dy (..., K) flattened to (R, K); db (K,) (zeros for R = 0).
 """
+
+
+def _validate_bias_grad_grouped(dy: ArrayMeta, m_splits: ArrayMeta, dtype: str) -> None:
+    op = "bias_grad_grouped"
+    _check_data(op, "dy", dy)
+    if m_splits.dtype != "int32" or len(m_splits.shape) != 1:
+        fail(op, TypeError, f"m_splits must be a 1-D int32 array, got {m_splits.dtype} of shape {tuple(m_splits.shape)}")
+    if dtype not in HIGH_PRECISION:
+        fail(op, TypeError, f"dtype must be float32, bfloat16 or float16, got {dtype}")
+
+
+def _infer_bias_grad_grouped(dy: ArrayMeta, m_splits: ArrayMeta, dtype: str) -> KernelCall:
+    return KernelCall("bias_grad_grouped", ("dy", "m_splits"),
+                      (TensorSpec("dbias", (m_splits.shape[0], dy.shape[-1]), dtype),), ())
+
+
+BIAS_GRAD_GROUPED = OpDef(name="bias_grad_grouped", args=("dy", "m_splits"), attrs=("dtype",),
+                          validate=_validate_bias_grad_grouped, infer=_infer_bias_grad_grouped)
+"""bias_grad_grouped(dy, m_splits, dtype) -> db (G, K): row g is Σc over the rows of group g (the
+consecutive row blocks of sizes max(m_splits[g], 0), clipped to R; lanes by the row index within the
+group) — exactly bias_grad of each group's rows, as per-expert Linears compute it (NUMERICS.md §11).
+"""

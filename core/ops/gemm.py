@@ -280,3 +280,254 @@ def with_workspace(call: KernelCall, nbytes: int) -> KernelCall:
     if nbytes <= 0:
         return call
     return dataclasses.replace(call, outputs=call.outputs + (TensorSpec("workspace", (nbytes,), "uint8"),))
+# ---- grouped GEMMs (GroupedLinear: G experts, one kernel call per GEMM phase) ------------------
+
+_GROUPED = "grouped_linear"
+
+
+def _check_hp_operand(name: str, x: Any, rank: int) -> None:
+    if isinstance(x, QuantizedTensor) or not isinstance(x, ArrayMeta):
+        fail(_GROUPED, TypeError, f"{name} must be a high-precision array (grouped GEMMs take float32, bfloat16 or "
+             f"float16 operands), got {type(x).__name__}")
+    if x.dtype not in HIGH_PRECISION:
+        fail(_GROUPED, TypeError, f"{name} must be float32, bfloat16 or float16, got {x.dtype}")
+    if len(x.shape) != rank:
+        fail(_GROUPED, ValueError, f"{name} must have rank {rank}, got shape {tuple(x.shape)}")
+
+
+def check_m_splits(m_splits: ArrayMeta, num_gemms: Any) -> None:
+    """m_splits: a 1-D int32 array of one row count per GEMM.
+
+    Raises:
+        TypeError: not a 1-D int32 array. ValueError: not num_gemms entries.
+    """
+    if not isinstance(m_splits, ArrayMeta) or m_splits.dtype != "int32" or len(m_splits.shape) != 1:
+        fail(_GROUPED, TypeError, "m_splits must be a 1-D int32 array (one row count per GEMM), got "
+             f"{getattr(m_splits, 'dtype', type(m_splits).__name__)} of shape {tuple(getattr(m_splits, 'shape', ()))}")
+    if m_splits.shape[0] != num_gemms:
+        fail(_GROUPED, ValueError, f"m_splits must have {num_gemms} entries (one per GEMM), got {m_splits.shape[0]}")
+
+
+def check_grouped_weights(num_gemms: int, weights: Any, biases: Any = None) -> None:
+    """The per-GEMM weights (and biases) of a grouped layer: num_gemms of each, one shape.
+
+    Raises:
+        ValueError: wrong count, differing shapes, or a bias that does not match its weight.
+    """
+    if num_gemms < 1:
+        fail(_GROUPED, ValueError, f"num_gemms must be >= 1, got {num_gemms}")
+    if len(weights) != num_gemms:
+        fail(_GROUPED, ValueError, f"expected {num_gemms} weights (one per GEMM), got {len(weights)}")
+    shapes = {tuple(w.shape) for w in weights}
+    if len(shapes) != 1:
+        fail(_GROUPED, ValueError, f"all weights must have one shape, got {sorted(shapes)}")
+    if biases is not None:
+        if len(biases) != num_gemms:
+            fail(_GROUPED, ValueError, f"expected {num_gemms} biases (one per GEMM), got {len(biases)}")
+        out_features = weights[0].shape[0]
+        if any(tuple(b.shape) != (out_features,) for b in biases):
+            fail(_GROUPED, ValueError, f"every bias must have shape ({out_features},), got "
+                 f"{[tuple(b.shape) for b in biases]}")
+
+
+def grouped_quantizers(recipe: Any) -> Any:
+    """The LinearQuantizers of a GroupedLinear under `recipe` (None: high precision).
+
+    Raises:
+        TypeError: a recipe other than per-tensor FP8 current scaling (the one quantized grouped
+            path built so far), or the errors of core.linear.linear_quantizers.
+    """
+    if recipe is None:
+        return None
+    from ..linear import linear_quantizers
+
+    qs = linear_quantizers(recipe)
+    roles = (qs.input, qs.weight, qs.grad_output)
+    if any(q.scaling_mode not in ("fp8_current", "mxfp8") or getattr(q, "with_2d_quantization", False)
+           for q in roles):
+        fail(_GROUPED, TypeError, "GroupedLinear runs in high precision or with Float8CurrentScaling or "
+             f"MXFP8BlockScaling; quantized grouped GEMMs for {type(recipe).__name__} are not implemented yet: call it "
+             "outside autocast or in autocast(enabled=False)")
+    return qs
+
+
+def _check_fp8(name: str, x: ArrayMeta, rank: int) -> None:
+    if x.dtype not in ("float8_e4m3fn", "float8_e5m2") or len(x.shape) != rank:
+        fail(_GROUPED, TypeError, f"{name} must be FP8 data of rank {rank}, got {x.dtype} {tuple(x.shape)}")
+
+
+def _check_group_scales(name: str, scale: ArrayMeta, groups: Any, scaling_mode: str = "fp8_current") -> None:
+    if scaling_mode == "mxfp8":
+        if scale.dtype != "uint8" or len(scale.shape) != 2:
+            fail(_GROUPED, ValueError, f"{name} must be 2-D uint8 MXFP8 scales, got {scale.dtype} {tuple(scale.shape)}")
+        return
+    if scale.dtype != "float32" or tuple(scale.shape) != (groups,):
+        fail(_GROUPED, ValueError, f"{name} must be float32 of shape ({groups},), got {scale.dtype} {tuple(scale.shape)}")
+
+
+def _validate_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
+                          m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, scaling_mode: str = "fp8_current",
+                          b_k_major: bool = True, out_dtype: str = "float32") -> None:
+    _check_fp8("a", a, 2)
+    _check_fp8("b", b, 3)
+    check_m_splits(m_splits, b.shape[0])
+    _check_group_scales("a_scale_inv", a_scale_inv, b.shape[0], scaling_mode)
+    _check_group_scales("b_scale_inv", b_scale_inv, b.shape[0], scaling_mode)
+    if a.shape[1] != (b.shape[2] if b_k_major else b.shape[1]):
+        fail(_GROUPED, ValueError, f"a {tuple(a.shape)} and b {tuple(b.shape)} disagree on K")
+    if out_dtype not in HIGH_PRECISION:
+        fail(_GROUPED, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
+    if bias is not None:
+        _check_hp_operand("bias", bias, 2)
+        if tuple(bias.shape) != tuple(b.shape[:2]):
+            fail(_GROUPED, ValueError, f"bias must have shape {tuple(b.shape[:2])}, got {tuple(bias.shape)}")
+
+
+def _infer_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
+                       m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, scaling_mode: str = "fp8_current",
+                       b_k_major: bool = True, out_dtype: str = "float32") -> KernelCall:
+    inputs = ("a", "a_scale_inv", "b", "b_scale_inv", "m_splits") + (("bias",) if bias is not None else ())
+    n = b.shape[1] if b_k_major else b.shape[2]
+    return KernelCall("grouped_gemm", inputs, (TensorSpec("out", (a.shape[0], n), out_dtype),),
+                      (("scaling", _SCALING_CODES[scaling_mode]), ("a_k_major", 1), ("b_k_major", int(b_k_major))))
+
+
+GROUPED_GEMM_FP8 = OpDef(
+    name="grouped_gemm_fp8",
+    args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits", "bias"),
+    attrs=("scaling_mode", "b_k_major", "out_dtype"),
+    validate=_validate_grouped_fp8,
+    infer=_infer_grouped_fp8,
+)
+"""grouped_gemm_fp8(a, a_scale_inv, b, b_scale_inv, m_splits, bias=None, *, out_dtype) -> out (M, N).
+
+Shapes: a (M, K) FP8 rows of G blocks (each quantized on its own, a_scale_inv (G,)); b (G, N, K)
+    K-major FP8 (fprop: the rowwise weights; dgrad: the transposed columnwise copies (G, K, N)
+    read as (G, N', K')), b_scale_inv (G,); bias (G, N).
+Numerics: each group exactly ``gemm`` of the per-tensor FP8 operands (NUMERICS.md §8). CPU only.
+"""
+
+
+def _validate_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
+                                m_splits: ArrayMeta, *, scaling_mode: str = "fp8_current",
+                                out_dtype: str = "float32") -> None:
+    _check_fp8("a", a, 2)
+    _check_fp8("b", b, 2)
+    if not isinstance(m_splits, ArrayMeta) or m_splits.dtype != "int32" or len(m_splits.shape) != 1:
+        check_m_splits(m_splits, -1)
+    _check_group_scales("a_scale_inv", a_scale_inv, m_splits.shape[0], scaling_mode)
+    _check_group_scales("b_scale_inv", b_scale_inv, m_splits.shape[0], scaling_mode)
+    transposed = _COLUMNWISE_TRANSPOSED[scaling_mode]
+    if (a.shape[1] if transposed else a.shape[0]) != (b.shape[1] if transposed else b.shape[0]):
+        fail(_GROUPED, ValueError, f"a {tuple(a.shape)} and b {tuple(b.shape)} disagree on the rows M")
+    if out_dtype not in HIGH_PRECISION:
+        fail(_GROUPED, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
+
+
+def _infer_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
+                             m_splits: ArrayMeta, *, scaling_mode: str = "fp8_current",
+                             out_dtype: str = "float32") -> KernelCall:
+    transposed = _COLUMNWISE_TRANSPOSED[scaling_mode]
+    n, k = (a.shape[0], b.shape[0]) if transposed else (a.shape[1], b.shape[1])
+    return KernelCall("grouped_gemm_wgrad", ("a", "a_scale_inv", "b", "b_scale_inv", "m_splits"),
+                      (TensorSpec("out", (m_splits.shape[0], n, k), out_dtype),),
+                      (("scaling", _SCALING_CODES[scaling_mode]), ("a_k_major", int(transposed)),
+                       ("b_k_major", int(transposed))))
+
+
+GROUPED_GEMM_WGRAD_FP8 = OpDef(
+    name="grouped_gemm_wgrad_fp8",
+    args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits"),
+    attrs=("scaling_mode", "out_dtype"),
+    validate=_validate_grouped_wgrad_fp8,
+    infer=_infer_grouped_wgrad_fp8,
+)
+"""grouped_gemm_wgrad_fp8(a, a_scale_inv, b, b_scale_inv, m_splits, *, out_dtype) -> out (G, N, K).
+
+Shapes: a: grad_output's grouped columnwise copy, the blocks (N, m_g) one after another viewed
+    as (N, M); b: the input's, (K, m_g) blocks viewed as (K, M); scales (G,).
+Numerics: out[g] exactly ``gemm(dy_g, x_g, a_columnwise=True, b_columnwise=True)`` of the
+    per-expert quantized tensors. CPU only.
+"""
+
+
+def _validate_grouped(a: Any, b: Any, m_splits: Any, bias: Any = None, *, b_columnwise: bool = False,
+                      out_dtype: str = "float32") -> None:
+    _check_hp_operand("x", a, 2)
+    _check_hp_operand("weights", b, 3)
+    check_m_splits(m_splits, b.shape[0])
+    k_b = b.shape[1] if b_columnwise else b.shape[2]
+    if a.shape[1] != k_b:
+        fail(_GROUPED, ValueError, f"x has {a.shape[1]} features but the weights {tuple(b.shape)} "
+             f"(columnwise={b_columnwise}) contract over {k_b}")
+    if out_dtype not in HIGH_PRECISION:
+        fail(_GROUPED, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
+    if bias is not None:
+        _check_hp_operand("bias", bias, 2)
+        n = b.shape[2] if b_columnwise else b.shape[1]
+        if tuple(bias.shape) != (b.shape[0], n):
+            fail(_GROUPED, ValueError, f"bias must have shape ({b.shape[0]}, {n}), got {tuple(bias.shape)}")
+
+
+def _infer_grouped(a: Any, b: Any, m_splits: Any, bias: Any = None, *, b_columnwise: bool = False,
+                   out_dtype: str = "float32") -> KernelCall:
+    n = b.shape[2] if b_columnwise else b.shape[1]
+    inputs = ("a", "b", "m_splits") + (("bias",) if bias is not None else ())
+    return KernelCall("grouped_gemm", inputs, (TensorSpec("out", (a.shape[0], n), out_dtype),),
+                      (("scaling", 0), ("a_k_major", 1), ("b_k_major", int(not b_columnwise))))
+
+
+GROUPED_GEMM = OpDef(
+    name="grouped_gemm",
+    args=("a", "b", "m_splits", "bias"),
+    attrs=("b_columnwise", "out_dtype"),
+    validate=_validate_grouped,
+    infer=_infer_grouped,
+)
+"""grouped_gemm(a, b, m_splits, bias=None, *, b_columnwise, out_dtype) -> out (M, N).
+
+Shapes: a (M, K) rows in G consecutive blocks of m_splits; b (G, N, K) (fprop: the stacked
+    weights) or, b_columnwise, (G, K, N) used transposed (dgrad); bias (G, N); out (M, N).
+Dtypes: high precision (fp32 / bf16 / fp16) operands; m_splits int32 (G,); out fp32/bf16/fp16.
+Numerics: each group's rows are exactly ``gemm`` on those rows (NUMERICS.md §8: fp32
+    accumulation, bias in fp32, one rounding); negative sizes count as 0, blocks are clipped
+    to M, rows past the blocks are 0. m_splits is read by the kernel (no host sync).
+"""
+
+
+def _validate_grouped_wgrad(a: Any, b: Any, m_splits: Any, *, a_row_sum: bool = False,
+                            out_dtype: str = "float32") -> None:
+    _check_hp_operand("grad_output" if not a_row_sum else "ones", a, 2)
+    _check_hp_operand("x", b, 2)
+    if not isinstance(m_splits, ArrayMeta) or m_splits.dtype != "int32" or len(m_splits.shape) != 1:
+        check_m_splits(m_splits, -1)
+    rows_a = a.shape[1] if a_row_sum else a.shape[0]
+    if rows_a != b.shape[0] or (a_row_sum and a.shape[0] != 1):
+        fail(_GROUPED, ValueError, f"grad_output {tuple(a.shape)} and x {tuple(b.shape)} must have the same rows")
+    if out_dtype not in HIGH_PRECISION:
+        fail(_GROUPED, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
+
+
+def _infer_grouped_wgrad(a: Any, b: Any, m_splits: Any, *, a_row_sum: bool = False,
+                         out_dtype: str = "float32") -> KernelCall:
+    n = 1 if a_row_sum else a.shape[1]
+    return KernelCall("grouped_gemm_wgrad", ("a", "b", "m_splits"),
+                      (TensorSpec("out", (m_splits.shape[0], n, b.shape[1]), out_dtype),),
+                      (("scaling", 0), ("a_k_major", int(a_row_sum)), ("b_k_major", 0)))
+
+
+GROUPED_GEMM_WGRAD = OpDef(
+    name="grouped_gemm_wgrad",
+    args=("a", "b", "m_splits"),
+    attrs=("a_row_sum", "out_dtype"),
+    validate=_validate_grouped_wgrad,
+    infer=_infer_grouped_wgrad,
+)
+"""grouped_gemm_wgrad(a, b, m_splits, *, a_row_sum, out_dtype) -> out (G, N, K).
+
+Shapes: a (M, N) (grad_output) or, a_row_sum, ones (1, M) (then N = 1: the bias gradient);
+    b (M, K); out[g] = a[rows_g]ᵀ · b[rows_g].
+Numerics: exactly ``gemm(a_g, b_g, a_columnwise=True, b_columnwise=True)`` per group (the
+    Linear wgrad; with a_row_sum the Linear bias gradient ones(1, m_g) · dy_g); an empty group
+    gives zeros.
+"""

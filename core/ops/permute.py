@@ -92,6 +92,8 @@ def num_slots_of(op: str, map_type: str, row_id_map: Any, num_tokens: Any) -> An
         fail(op, TypeError, f"row_id_map must be int32, got {row_id_map.dtype}")
     shape = tuple(row_id_map.shape)
     if map_type == "index":
+        if num_tokens == 0 and shape == (0,):
+            return 1
         if len(shape) != 1 or num_tokens < 1 or shape[0] % num_tokens != 0 or shape[0] == 0:
             fail(op, ValueError, f"an index-map row_id_map must have shape (topK * {num_tokens},), got {shape}")
         return shape[0] // num_tokens
@@ -100,10 +102,19 @@ def num_slots_of(op: str, map_type: str, row_id_map: Any, num_tokens: Any) -> An
     return (shape[1] - 1) // 2
 
 
+def probs_slots(num_slots: Any, num_tokens: Any, probs: Any, map_type: str) -> Any:
+    """Slots of a probs array: num_slots, except for an index map of zero tokens, whose
+    row_id_map (0,) does not tell topK: then probs' own (0, topK) columns."""
+    if map_type == "index" and num_tokens == 0 and probs is not None and len(probs.shape) == 2:
+        return probs.shape[1]
+    return num_slots
+
+
 def _check_probs(op: str, name: str, probs: Any, num_tokens: Any, num_slots: Any, map_type: str) -> None:
     if probs is None:
         return
     _check_hp(op, name, probs)
+    num_slots = probs_slots(num_slots, num_tokens, probs, map_type)
     what = "topK" if map_type == "index" else "num_experts"
     if tuple(probs.shape) != (num_tokens, num_slots):
         fail(op, ValueError, f"{name} must have shape ({num_tokens}, {num_slots}) = (num_tokens, {what}), "
@@ -119,7 +130,8 @@ def resolve_num_out_tokens(op: str, map_type: str, routing_map: Any, num_out_tok
     ``num_out_tokens > 0`` is used as given. Otherwise (all routed tokens): T·topK for the
     index map (a static size); for the mask map the number of nonzero routing entries, which
     ``count_routed()`` reads from the values — a frontend passes None inside a compiled or
-    jitted graph, where they cannot be read.
+    jitted graph, where they cannot be read — except that a map of zero tokens routes none
+    (0, static, so also inside a graph).
 
     Raises:
         ValueError: mask map, num_out_tokens <= 0 and no ``count_routed`` (traced).
@@ -129,7 +141,7 @@ def resolve_num_out_tokens(op: str, map_type: str, routing_map: Any, num_out_tok
         fail(op, TypeError, f"num_out_tokens must be an int, got {num_out_tokens!r}")
     if num_out_tokens > 0:
         return num_out_tokens
-    if map_type == "index":
+    if map_type == "index" or routing_map.shape[0] == 0:
         return routing_map.shape[0] * routing_map.shape[1]
     if count_routed is None:
         fail(op, ValueError, "with map_type='mask', num_out_tokens <= 0 means 'all routed tokens', a size that "
@@ -213,8 +225,8 @@ def _validate_row_id_map(routing_map: Any, num_out_tokens: Any, map_type: str) -
              f"{' or '.join(ROUTING_DTYPES[map_type] + (('bool',) if map_type == 'mask' else ()))}, "
              f"got {routing_map.dtype}")
     tokens, slots = routing_map.shape
-    if tokens < 1 or slots < 1:
-        fail(op, ValueError, "routing_map must have at least one token and one slot, got shape "
+    if tokens < 0 or slots < 1:
+        fail(op, ValueError, "routing_map must have at least one slot, got shape "
              f"{dims(routing_map.shape)}")
     if tokens * slots > _MAX_ROWS or num_out_tokens > _MAX_ROWS:
         fail(op, ValueError, "row ids are int32: num_tokens * slots and num_out_tokens must be < 2**31")
@@ -258,8 +270,8 @@ def _validate_chunk_map(split_sizes: Any, sorted_index: Any, num_tokens: Any) ->
     if tuple(split_sizes.shape) != tuple(sorted_index.shape):
         fail(op, ValueError, f"split_sizes and sorted_index must have the same length, got "
              f"{dims(split_sizes.shape)} and {dims(sorted_index.shape)}")
-    if num_tokens < 1 or num_tokens > _MAX_ROWS:
-        fail(op, ValueError, f"inp must have between 1 and 2**31 - 1 rows, got {num_tokens}")
+    if num_tokens < 0 or num_tokens > _MAX_ROWS:
+        fail(op, ValueError, f"inp must have between 0 and 2**31 - 1 rows, got {num_tokens}")
 
 
 def _infer_chunk_map(split_sizes: Any, sorted_index: Any, num_tokens: Any) -> KernelCall:
@@ -328,7 +340,7 @@ Numerics: bytes are moved, never converted.
 
 
 def _validate_permute_bwd(grad_out: Any, row_id_map: Any, grad_permuted_probs: Any, num_tokens: Any,
-                          map_type: str) -> None:
+                          map_type: str, probs_slots: Any = None) -> None:
     op = "moe_permute"
     _check_hp(op, "the gradient of the permuted output", grad_out)
     _check_2d(op, "grad_out", grad_out)
@@ -341,12 +353,13 @@ def _validate_permute_bwd(grad_out: Any, row_id_map: Any, grad_permuted_probs: A
 
 
 def _infer_permute_bwd(grad_out: Any, row_id_map: Any, grad_permuted_probs: Any, num_tokens: Any,
-                       map_type: str) -> KernelCall:
+                       map_type: str, probs_slots: Any = None) -> KernelCall:
     slots = num_slots_of("moe_permute", map_type, row_id_map, num_tokens)
     outputs = (TensorSpec("grad_inp", (num_tokens, grad_out.shape[1]), grad_out.dtype),)
     inputs = ("grad_out", "row_id_map")
     if grad_permuted_probs is not None:
-        outputs += (TensorSpec("grad_probs", (num_tokens, slots), grad_permuted_probs.dtype),)
+        probs_cols = probs_slots if num_tokens == 0 and probs_slots is not None else slots
+        outputs += (TensorSpec("grad_probs", (num_tokens, probs_cols), grad_permuted_probs.dtype),)
         inputs += ("grad_permuted_probs",)
     return KernelCall("permute_rows_backward", inputs, outputs, _attrs(map_type, num_tokens, slots, grad_out.shape[0]))
 
@@ -354,12 +367,15 @@ def _infer_permute_bwd(grad_out: Any, row_id_map: Any, grad_permuted_probs: Any,
 PERMUTE_BWD = OpDef(
     name="moe_permute_bwd",
     args=("grad_out", "row_id_map", "grad_permuted_probs"),
-    attrs=("num_tokens", "map_type"),
+    attrs=("num_tokens", "map_type", "probs_slots"),
     validate=_validate_permute_bwd,
     infer=_infer_permute_bwd,
 )
-"""permute_bwd(grad_out, row_id_map, grad_permuted_probs, num_tokens, map_type)
+"""permute_bwd(grad_out, row_id_map, grad_permuted_probs, num_tokens, map_type, probs_slots=None)
 -> (grad_inp[, grad_probs]).
+
+Shapes: grad_probs (T, slots); probs_slots (probs' columns) sets slots when T = 0, where an
+index map's empty row_id_map does not tell topK.
 
 Numerics: grad_inp[t] = fp32 sum of its kept rows (ascending slot order), rounded once;
 grad_probs[t, slot] = grad_permuted_probs[row] for kept pairs, 0 otherwise.
@@ -414,7 +430,8 @@ def _infer_unpermute_bwd(grad_out: Any, y: Any, row_id_map: Any, merging_probs: 
     outputs = (TensorSpec("grad_y", tuple(y.shape), y.dtype),)
     inputs = ("grad_out", "y", "row_id_map")
     if merging_probs is not None:
-        outputs += (TensorSpec("grad_merging_probs", (num_tokens, slots), merging_probs.dtype),)
+        outputs += (TensorSpec("grad_merging_probs", (num_tokens, probs_slots(slots, num_tokens, merging_probs,
+                                                                               map_type)), merging_probs.dtype),)
         inputs += ("merging_probs",)
     return KernelCall("permute_unpermute_backward", inputs, outputs, _attrs(map_type, num_tokens, slots, y.shape[0]))
 
@@ -431,6 +448,166 @@ UNPERMUTE_BWD = OpDef(
 Numerics: grad_y[row] = fl(grad_out[t] · p) for kept pairs, 0 in other rows;
 grad_merging_probs[t, slot] = Σ_h fl(grad_out[t, h] · y[row, h]) in fp32, ascending h.
 """
+
+
+# ---- padding of expert blocks -------------------------------------------------------------------
+
+ROW_ALIGNMENT = {"fp8_current": 16, "fp8_delayed": 16, "mxfp8": 32, "fp8_block": 128, "nvfp4": 32}
+"""scaling_mode -> rows a quantized GEMM needs per expert block (per-tensor FP8 16, MXFP8 32,
+FP8 block 128, NVFP4 32). Keyed by string so torch.compile traces the lookup."""
+
+
+def recipe_row_alignment(recipe: Any) -> int:
+    """Row alignment of the recipe's input quantizer (1 without a recipe or for other formats)."""
+    if recipe is None:
+        return 1
+    return ROW_ALIGNMENT.get(recipe.quantizer("input").scaling_mode, 1)
+
+
+def check_align_size(op: str, align_size: Any, recipe: Any) -> None:
+    """Raises unless align_size is a positive int and a multiple of the recipe's row alignment.
+
+    Raises:
+        TypeError: align_size is not an int.
+        ValueError: align_size < 1, or not a multiple of the active recipe's row alignment.
+    """
+    if isinstance(align_size, bool) or not isinstance(align_size, int):
+        fail(op, TypeError, f"align_size must be an int, got {align_size!r}")
+    if align_size < 1:
+        fail(op, ValueError, f"align_size must be >= 1, got {align_size}")
+    alignment = recipe_row_alignment(recipe)
+    if align_size % alignment != 0:
+        fail(op, ValueError, f"align_size={align_size} is not a multiple of the row alignment {alignment} that the "
+             f"active {type(recipe).__name__} recipe's GEMMs need per expert block (16 per-tensor FP8, 32 MXFP8 and "
+             "NVFP4, 128 FP8 block)")
+
+
+def padded_rows(num_rows: Any, num_blocks: Any, align_size: int) -> Any:
+    """Static rows of num_rows rows in num_blocks blocks each padded to a multiple of align_size:
+    the worst case, (N + min(G, N)·(align − 1)) rounded down to a multiple of align (each
+    nonempty block adds at most align − 1 rows)."""
+    nonempty = num_blocks if num_blocks < num_rows else num_rows
+    return (num_rows + nonempty * (align_size - 1)) // align_size * align_size
+
+
+def _validate_pad_offsets(counts: Any, align_size: Any) -> None:
+    op = "moe_permute_and_pad"
+    if counts.dtype != "int32" or len(counts.shape) != 1 or counts.shape[0] < 1:
+        fail(op, TypeError, "tokens_per_expert (m_splits) must be a 1-D int32 array with one entry per expert, got "
+             f"{counts.dtype} of shape {tuple(counts.shape)}")
+    if align_size < 1:
+        fail(op, ValueError, f"align_size must be >= 1, got {align_size}")
+
+
+def _infer_pad_offsets(counts: Any, align_size: Any) -> KernelCall:
+    experts = counts.shape[0]
+    return KernelCall("permute_pad_offsets", ("counts",),
+                      (TensorSpec("pad_offsets", (experts,), "int32"), TensorSpec("padded_counts", (experts,), "int32")),
+                      (("align_size", align_size),))
+
+
+PAD_OFFSETS = OpDef(
+    name="moe_pad_offsets",
+    args=("counts",),
+    attrs=("align_size",),
+    validate=_validate_pad_offsets,
+    infer=_infer_pad_offsets,
+)
+"""pad_offsets(counts, align_size) -> (pad_offsets int32 (E,), padded_counts int32 (E,)).
+
+Numerics: padded_counts[e] = roundup(max(c_e, 0), align) (TE's target_tokens_per_expert);
+pad_offsets[e] = Σ_{j<e} (padded_counts[j] − c_j). A static buffer of padded_rows(...) rows holds
+the blocks first; its rows past Σ padded_counts belong to no block (a grouped GEMM gives them 0).
+"""
+
+
+def _validate_pad_map(row_id_map: Any, pad_offsets: Any, num_tokens: Any) -> None:
+    op = "moe_unpermute"
+    experts = num_slots_of(op, "mask", row_id_map, num_tokens)
+    if pad_offsets.dtype != "int32" or tuple(pad_offsets.shape) != (experts,):
+        fail(op, ValueError, f"pad_offsets must be int32 of shape ({experts},) (one per expert of the mask map), got "
+             f"{pad_offsets.dtype} {tuple(pad_offsets.shape)}")
+
+
+def _infer_pad_map(row_id_map: Any, pad_offsets: Any, num_tokens: Any) -> KernelCall:
+    experts = num_slots_of("moe_unpermute", "mask", row_id_map, num_tokens)
+    return KernelCall("permute_pad_map", ("row_id_map", "pad_offsets"),
+                      (TensorSpec("row_id_map", tuple(row_id_map.shape), "int32"),),
+                      _attrs("mask", num_tokens, experts, 0))
+
+
+PAD_MAP = OpDef(
+    name="moe_pad_map",
+    args=("row_id_map", "pad_offsets"),
+    attrs=("num_tokens",),
+    validate=_validate_pad_map,
+    infer=_infer_pad_map,
+)
+"""pad_map(row_id_map, pad_offsets, num_tokens) -> the mask map with each kept row shifted by
+its expert's pad offset (the rows of the padded permuted tensor)."""
+
+
+def _validate_split_pad_map(split_sizes: Any, pad_offsets: Any, num_rows: Any, out_rows: Any) -> None:
+    op = "moe_pad_splits"
+    if split_sizes.dtype != "int32" or len(split_sizes.shape) != 1 or split_sizes.shape[0] < 1:
+        fail(op, TypeError, f"m_splits must be a 1-D int32 array with one entry per GEMM, got {split_sizes.dtype} of "
+             f"shape {tuple(split_sizes.shape)}")
+    if tuple(pad_offsets.shape) != tuple(split_sizes.shape) or pad_offsets.dtype != "int32":
+        fail(op, ValueError, f"pad_offsets must be int32 of shape {tuple(split_sizes.shape)}, got "
+             f"{pad_offsets.dtype} {tuple(pad_offsets.shape)}")
+    if num_rows < 0 or out_rows < 0 or num_rows > _MAX_ROWS or out_rows > _MAX_ROWS:
+        fail(op, ValueError, f"row counts must be in [0, 2**31), got {num_rows} and {out_rows}")
+
+
+def _infer_split_pad_map(split_sizes: Any, pad_offsets: Any, num_rows: Any, out_rows: Any) -> KernelCall:
+    return KernelCall("permute_split_pad_map", ("split_sizes", "pad_offsets"),
+                      (TensorSpec("row_id_map", (num_rows,), "int32"),), _attrs("index", num_rows, 1, out_rows))
+
+
+SPLIT_PAD_MAP = OpDef(
+    name="moe_split_pad_map",
+    args=("split_sizes", "pad_offsets"),
+    attrs=("num_rows", "out_rows"),
+    validate=_validate_split_pad_map,
+    infer=_infer_split_pad_map,
+)
+"""split_pad_map(split_sizes, pad_offsets, num_rows, out_rows) -> index map int32 (num_rows,)
+(topK = 1): row r of block g goes to r + pad_offsets[g]; rows past the blocks get −1."""
+
+
+def check_pad_inputs(op: str, map_type: str, tokens_per_expert: Any, num_experts: Any) -> None:
+    """Permute-and-pad needs a mask map and one count per expert.
+
+    Raises:
+        ValueError: an index map, or tokens_per_expert not of shape (E,).
+    """
+    if map_type != "mask":
+        fail(op, ValueError, "padding needs map_type='mask' (the row_id_map must name each row's expert)")
+    if len(tokens_per_expert.shape) != 1 or tokens_per_expert.shape[0] != num_experts:
+        fail(op, ValueError, f"tokens_per_expert must have shape ({num_experts},) (one per expert of the routing "
+             f"map), got {tuple(tokens_per_expert.shape)}")
+
+
+def require_num_rows(op: str, num_rows: Any) -> None:
+    """Raises ValueError when the unpadded row count is missing (a tensor m_splits holds it only
+    as values, which a compiled or jitted graph cannot read)."""
+    if num_rows is None:
+        fail(op, ValueError, "num_rows (the unpadded row count, Σ m_splits) must be given when m_splits is an array")
+
+
+def check_split_values(op: str, splits: Sequence[int], num_rows: int) -> None:
+    """Eager check of m_splits values: the row blocks lie in the input, trailing rows past them
+    being padding (the static buffers of permute-and-pad end in such rows, as in TE's JAX
+    grouped GEMM).
+
+    Raises:
+        ValueError: a negative split, or splits summing to more than the row count.
+    """
+    if any(s < 0 for s in splits):
+        fail(op, ValueError, f"m_splits must be >= 0, got {list(splits)}")
+    if sum(splits) > num_rows:
+        fail(op, ValueError, f"m_splits must sum to at most the {num_rows} rows of the input (rows past the sum are "
+             f"padding), got sum {sum(splits)}")
 
 
 # ---- quantized inputs --------------------------------------------------------------------------

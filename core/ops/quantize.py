@@ -463,3 +463,61 @@ def validate_record_amax(amax_history: ArrayMeta, amax: ArrayMeta) -> None:
 
 def array_meta(shape: Sequence[Any], dtype: str) -> ArrayMeta:
     return ArrayMeta(tuple(shape), dtype)
+
+
+# ---- grouped per-tensor FP8 (GroupedLinear under Float8CurrentScaling) ------------------------
+
+GROUPED_SCALING_MODES = ("fp8_current", "mxfp8")
+"""Quantizer families a grouped quantize (and a quantized GroupedLinear) supports."""
+
+
+def _validate_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, quantizer: Quantizer) -> None:
+    op = "grouped_linear"
+    if (quantizer.scaling_mode not in GROUPED_SCALING_MODES or _two_d(quantizer)
+            or not (quantizer.rowwise and quantizer.columnwise)):
+        fail(op, TypeError, "grouped quantization takes a Float8CurrentScalingQuantizer or a 1D MXFP8Quantizer with "
+             f"both usages, got {quantizer!r}")
+    if quantizer.scaling_mode == "mxfp8" and x.shape[1] % 32 != 0:
+        fail(op, ValueError, f"MXFP8 needs in_features to be a multiple of 32, got {x.shape[1]}")
+    if x.dtype not in HIGH_PRECISION or len(x.shape) != 2:
+        fail(op, TypeError, f"x must be a 2-D float32, bfloat16 or float16 array, got {x.dtype} {tuple(x.shape)}")
+    if m_splits.dtype != "int32" or len(m_splits.shape) != 1 or m_splits.shape[0] < 1:
+        fail(op, TypeError, f"m_splits must be a 1-D int32 array, got {m_splits.dtype} {tuple(m_splits.shape)}")
+
+
+def _infer_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, quantizer: Quantizer) -> KernelCall:
+    rows, cols = x.shape
+    groups = m_splits.shape[0]
+    data = FP8_DTYPES[quantizer.fp8_dtype]
+    if quantizer.scaling_mode == "mxfp8":
+        # Each block's scales in its own region: Σ roundup(m_g, 128) <= M + 127·G rowwise rows,
+        # Σ roundup(m_g / 32, 4) <= ceil(M / 32) + 3·G columnwise rows (m_g multiples of 32).
+        return KernelCall("grouped_quantize_mxfp8", ("x", "m_splits"), (
+            TensorSpec("rowwise_data", (rows, cols), data),
+            TensorSpec("rowwise_scale_inv", (rows + 127 * groups, round_up(cols // 32, 4)), "uint8"),
+            TensorSpec("columnwise_data", (rows, cols), data),
+            TensorSpec("columnwise_scale_inv", (ceil_div(rows, 32) + 3 * groups, round_up(cols, 128)), "uint8")),
+            _quantize_attrs(quantizer))
+    return KernelCall("grouped_quantize_fp8_current", ("x", "m_splits"), (
+        TensorSpec("rowwise_data", (rows, cols), data), TensorSpec("rowwise_scale_inv", (groups,), "float32"),
+        TensorSpec("columnwise_data", (rows * cols,), data), TensorSpec("columnwise_scale_inv", (groups,), "float32"),
+        TensorSpec("amax", (groups,), "float32")), _quantize_attrs(quantizer))
+
+
+GROUPED_QUANTIZE = OpDef(
+    name="grouped_quantize",
+    args=("x", "m_splits"),
+    attrs=("quantizer",),
+    validate=_validate_grouped_quantize,
+    infer=_infer_grouped_quantize,
+)
+"""grouped_quantize(x, m_splits, quantizer) -> per-tensor FP8: (rowwise_data (M, K),
+rowwise_scale_inv (G,), columnwise_data (M·K,), columnwise_scale_inv (G,), amax (G,)); MXFP8:
+(rowwise_data (M, K), rowwise_scale_inv, columnwise_data (M, K), columnwise_scale_inv).
+
+Numerics: each row block of m_splits is quantized on its own (NUMERICS.md §4, §5), exactly the
+bytes ``quantize`` gives the block alone. Per-tensor FP8: columnwise_data holds each block's
+transposed copy (K, m_g) one after another. MXFP8: every m_g a multiple of 32; each block's
+scales in its own region (rowwise at Σ_{j<g} roundup(m_j, 128) rows, columnwise at
+Σ_{j<g} roundup(m_j / 32, 4) rows). CPU only.
+"""

@@ -74,4 +74,41 @@ TweStatus twe_bias_grad(const TweTensorView* dy, TweTensorView* dbias, void* str
   return st ? st : succeed();
 }
 
+TweStatus twe_bias_grad_grouped(const TweTensorView* dy, const TweTensorView* m_splits, TweTensorView* dbias,
+                                void* stream) {
+  TweStatus st = check_high_precision(dy, "dy");
+  if (st || (st = check_high_precision(dbias, "dbias"))) return st;
+  if (!present(m_splits) || m_splits->dtype != kTweInt32 || m_splits->ndim != 1) {
+    return fail(kTweInvalidArgument, "m_splits must be a 1-D int32 tensor");
+  }
+  if (dy->device != kTweCPU || m_splits->device != kTweCPU || dbias->device != kTweCPU) {
+    return fail(kTweUnsupported, "the grouped bias gradient reads m_splits on the host: CPU tensors only");
+  }
+  const int64_t r = rows(*dy), k = cols(*dy), groups = m_splits->shape[0];
+  if ((st = check_view_allow_empty(dbias, "dbias", dbias->dtype, groups, k, kTweCPU))) return st;
+  const int32_t* splits = static_cast<const int32_t*>(m_splits->data);
+  const int64_t dy_bytes = element_size(dy->dtype), db_bytes = element_size(dbias->dtype);
+  int64_t start = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t size = splits[g] > 0 ? splits[g] : 0;
+    const int64_t begin = start < r ? start : r, end = start + size < r ? start + size : r;
+    start += size;
+    TweTensorView group_dy{};  // rows [begin, end) of dy as (end - begin, K)
+    group_dy.data = static_cast<char*>(dy->data) + begin * k * dy_bytes;
+    group_dy.dtype = dy->dtype;
+    group_dy.device = kTweCPU;
+    group_dy.ndim = 2;
+    group_dy.shape[0] = end - begin;
+    group_dy.shape[1] = k;
+    TweTensorView group_db{};  // row g of dbias as (K,)
+    group_db.data = static_cast<char*>(dbias->data) + g * k * db_bytes;
+    group_db.dtype = dbias->dtype;
+    group_db.device = kTweCPU;
+    group_db.ndim = 1;
+    group_db.shape[0] = k;
+    if ((st = twe_bias_grad(&group_dy, &group_db, stream))) return st;
+  }
+  return succeed();
+}
+
 }  // extern "C"

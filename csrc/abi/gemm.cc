@@ -66,6 +66,104 @@ TweStatus check_operand(const TweGemmOperand* op, const char* name, TweGemmScali
   }
 }
 
+/*! An operand view of rank `ndim` (data may be NULL when it has no elements): high precision,
+ *  or FP8 when `fp8`. */
+TweStatus check_hp_view(const TweTensorView* v, const char* name, int32_t ndim, TweDevice device, bool fp8 = false) {
+  if (!v) return fail(kTweInvalidArgument, std::string(name) + " is missing");
+  if (fp8 && !is_fp8(v->dtype)) {
+    return fail(kTweInvalidArgument, std::string(name) + " must be float8_e4m3fn or float8_e5m2, got " +
+                                         dtype_name(v->dtype));
+  }
+  if (!fp8 && !is_high_precision(v->dtype)) {
+    return fail(kTweInvalidArgument, std::string(name) + " must be float32, bfloat16 or float16 (grouped GEMMs take "
+                                     "high-precision operands), got " + dtype_name(v->dtype));
+  }
+  if (v->ndim != ndim) {
+    return fail(kTweInvalidArgument, std::string(name) + " must have rank " + std::to_string(ndim) + ", got " +
+                                         shape_string(*v));
+  }
+  if (v->device != device) return fail(kTweInvalidArgument, std::string(name) + " is on a different device than out");
+  if (!v->data && numel(*v) > 0) return fail(kTweInvalidArgument, std::string(name) + " data is missing");
+  return kTweSuccess;
+}
+
+TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* b,
+                               const TweTensorView* b_scale_inv, const TweTensorView* m_splits,
+                               const TweTensorView* bias, TweTensorView* out, const TweGroupedGemmParams* params,
+                               bool ragged_k, void* stream) {
+  if (!params) return fail(kTweInvalidArgument, "params must not be NULL");
+  if (!out) return fail(kTweInvalidArgument, "out is missing");
+  const TweDevice dev = out->device;
+  const bool fp8 = params->scaling == kTweGemmFP8PerTensor || params->scaling == kTweGemmMXFP8;
+  if (!fp8 && params->scaling != kTweGemmHighPrecision) {
+    return fail(kTweInvalidArgument, "grouped GEMMs take high-precision, per-tensor FP8 or MXFP8 operands");
+  }
+  if (fp8 && dev != kTweCPU) return fail(kTweInvalidArgument, "quantized grouped GEMMs run on the CPU only");
+  if (!is_high_precision(out->dtype)) {
+    return fail(kTweInvalidArgument, std::string("out must be float32, bfloat16 or float16, got ") +
+                                         dtype_name(out->dtype));
+  }
+  if (!m_splits || !m_splits->data || m_splits->dtype != kTweInt32 || m_splits->ndim != 1 || m_splits->shape[0] < 1) {
+    return fail(kTweInvalidArgument, "m_splits must be a non-empty 1-D int32 array");
+  }
+  if (m_splits->device != dev) return fail(kTweInvalidArgument, "m_splits is on a different device than out");
+  const int64_t groups = m_splits->shape[0];
+  TweStatus st = check_hp_view(a, "a", 2, dev, fp8);
+  if (st) return st;
+  if ((st = check_hp_view(b, "b", ragged_k ? 2 : 3, dev, fp8))) return st;
+  if ((st = check_hp_view(out, "out", ragged_k ? 3 : 2, dev))) return st;
+  if (params->scaling == kTweGemmFP8PerTensor) {
+    if ((st = check_view(a_scale_inv, "a scale_inv", kTweFloat32, -1, groups, dev))) return st;
+    if ((st = check_view(b_scale_inv, "b scale_inv", kTweFloat32, -1, groups, dev))) return st;
+  } else if (params->scaling == kTweGemmMXFP8) {
+    for (const TweTensorView* s : {a_scale_inv, b_scale_inv}) {
+      if (!s || !s->data || s->dtype != kTweUInt8 || s->ndim != 2 || s->device != dev) {
+        return fail(kTweInvalidArgument, "MXFP8 grouped GEMM scales must be 2-D uint8 arrays on out's device");
+      }
+    }
+  }
+  int64_t m, n, k;
+  if (!ragged_k) {
+    m = a->shape[0];
+    k = a->shape[1];
+    n = params->b_k_major ? b->shape[1] : b->shape[2];
+    const int64_t kb = params->b_k_major ? b->shape[2] : b->shape[1];
+    if (!params->a_k_major) return fail(kTweInvalidArgument, "grouped_gemm: a must be K-major (M, K)");
+    if (b->shape[0] != groups || kb != k) {
+      return fail(kTweInvalidArgument, "b " + shape_string(*b) + " does not hold " + std::to_string(groups) +
+                                           " operands of K = " + std::to_string(k));
+    }
+    if (out->shape[0] != m || out->shape[1] != n) {
+      return fail(kTweInvalidArgument, "out must have shape (M, N), got " + shape_string(*out));
+    }
+    if (bias && bias->data) {
+      if ((st = check_hp_view(bias, "bias", 2, dev))) return st;
+      if (bias->shape[0] != groups || bias->shape[1] != n) {
+        return fail(kTweInvalidArgument, "bias must have shape (G, N), got " + shape_string(*bias));
+      }
+    }
+  } else {
+    m = params->b_k_major ? b->shape[1] : b->shape[0];
+    k = params->b_k_major ? b->shape[0] : b->shape[1];
+    n = params->a_k_major ? a->shape[0] : a->shape[1];
+    const int64_t ma = params->a_k_major ? a->shape[1] : a->shape[0];
+    if (ma != m) {
+      return fail(kTweInvalidArgument, "a " + shape_string(*a) + " and b " + shape_string(*b) +
+                                           " disagree on the rows M");
+    }
+    if (out->shape[0] != groups || out->shape[1] != n || out->shape[2] != k) {
+      return fail(kTweInvalidArgument, "out must have shape (G, N, K), got " + shape_string(*out));
+    }
+  }
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return fail(kTweInvalidArgument, "GEMM dimensions must be < 2^31");
+  GroupedGemmArgs args{a, b, m_splits, (bias && bias->data) ? bias : nullptr, out, fp8 ? a_scale_inv : nullptr,
+                       fp8 ? b_scale_inv : nullptr, params->scaling, ragged_k, params->a_k_major != 0,
+                       params->b_k_major != 0, groups, m, n, k, stream};
+  if (numel(*out) == 0) return succeed();
+  st = run_on_device(dev, args, TWE_DEVICE_FNS(grouped_gemm));
+  return st ? st : succeed();
+}
+
 }  // namespace
 }  // namespace twe
 
@@ -115,6 +213,18 @@ TweStatus twe_gemm(const TweGemmOperand* a, const TweGemmOperand* b, const TweTe
   GemmArgs args{a, b, has_bias ? bias : nullptr, out, scaling, m, n, ka, stream, has_workspace ? workspace : nullptr};
   st = run_on_device(dev, args, TWE_DEVICE_FNS(gemm));
   return st ? st : succeed();
+}
+
+TweStatus twe_grouped_gemm(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* b,
+                           const TweTensorView* b_scale_inv, const TweTensorView* m_splits, const TweTensorView* bias,
+                           TweTensorView* out, const TweGroupedGemmParams* params, void* stream) {
+  return grouped_gemm_checked(a, a_scale_inv, b, b_scale_inv, m_splits, bias, out, params, false, stream);
+}
+
+TweStatus twe_grouped_gemm_wgrad(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* b,
+                                 const TweTensorView* b_scale_inv, const TweTensorView* m_splits, TweTensorView* out,
+                                 const TweGroupedGemmParams* params, void* stream) {
+  return grouped_gemm_checked(a, a_scale_inv, b, b_scale_inv, m_splits, nullptr, out, params, true, stream);
 }
 
 TweStatus twe_gemm_swizzle_scales(const TweTensorView* in, TweTensorView* out, const TweGemmSwizzleParams* params,

@@ -207,4 +207,54 @@ TweStatus twe_permute_unpermute_backward(const TweTensorView* grad_out, const Tw
   return st ? st : succeed();
 }
 
+TweStatus twe_permute_pad_offsets(const TweTensorView* counts, TweTensorView* pad_offsets, TweTensorView* padded_counts,
+                                  int64_t align_size, void* stream) {
+  if (!present(counts)) return fail(kTweInvalidArgument, "counts is missing");
+  const TweDevice dev = counts->device;
+  const int64_t experts = numel(*counts);
+  if (experts < 1) return fail(kTweInvalidArgument, "counts must hold at least one expert");
+  if (align_size < 1) return fail(kTweInvalidArgument, "align_size must be >= 1");
+  TweStatus st = check_view(counts, "counts", kTweInt32, -1, experts, dev);
+  if (st) return st;
+  if ((st = check_view(pad_offsets, "pad_offsets", kTweInt32, -1, experts, dev))) return st;
+  if ((st = check_view(padded_counts, "padded_counts", kTweInt32, -1, experts, dev))) return st;
+  PermuteArgs args{counts, nullptr, nullptr, nullptr, pad_offsets, padded_counts, nullptr, TwePermuteParams{},
+                   experts, 0, 0, stream, align_size};
+  st = run_on_device(dev, args, TWE_DEVICE_FNS(permute_pad_offsets));
+  return st ? st : succeed();
+}
+
+TweStatus twe_permute_pad_map(const TweTensorView* row_id_map, const TweTensorView* pad_offsets, TweTensorView* out,
+                              const TwePermuteParams* params, void* stream) {
+  TweStatus st = check_params(params, kTweMapMask);
+  if (st) return st;
+  const TwePermuteParams& p = *params;
+  if (!present(pad_offsets)) return fail(kTweInvalidArgument, "pad_offsets is missing");
+  const TweDevice dev = pad_offsets->device;
+  if ((st = check_row_id_map(row_id_map, p, dev))) return st;
+  if ((st = check_view(pad_offsets, "pad_offsets", kTweInt32, -1, p.num_slots, dev))) return st;
+  if ((st = check_row_id_map(out, p, dev))) return st;
+  PermuteArgs args{nullptr, pad_offsets, row_id_map, nullptr, out, nullptr, nullptr, p, p.num_tokens, p.num_tokens, 0,
+                   stream};
+  st = run_on_device(dev, args, TWE_DEVICE_FNS(permute_pad_map));
+  return st ? st : succeed();
+}
+
+TweStatus twe_permute_split_pad_map(const TweTensorView* split_sizes, const TweTensorView* pad_offsets,
+                                    TweTensorView* row_id_map, const TwePermuteParams* params, void* stream) {
+  TweStatus st = check_params(params, kTweMapIndex);
+  if (st) return st;
+  const TwePermuteParams& p = *params;
+  if (p.num_slots != 1) return fail(kTweInvalidArgument, "a split padding map has one slot per row");
+  if (!present(split_sizes)) return fail(kTweInvalidArgument, "split_sizes is missing");
+  const TweDevice dev = split_sizes->device;
+  const int64_t groups = numel(*split_sizes);
+  if ((st = check_view(split_sizes, "split_sizes", kTweInt32, -1, groups, dev))) return st;
+  if ((st = check_view(pad_offsets, "pad_offsets", kTweInt32, -1, groups, dev))) return st;
+  if ((st = check_row_id_map(row_id_map, p, dev))) return st;
+  PermuteArgs args{split_sizes, pad_offsets, nullptr, nullptr, row_id_map, nullptr, nullptr, p, groups, 0, 0, stream};
+  st = run_on_device(dev, args, TWE_DEVICE_FNS(permute_split_pad_map));
+  return st ? st : succeed();
+}
+
 }  // extern "C"

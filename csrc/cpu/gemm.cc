@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 #include "internal/cpu.h"
@@ -262,6 +263,101 @@ TweStatus gemm(const GemmArgs& args) {
   if (status.load() != kTweSuccess) {
     return fail(static_cast<TweStatus>(status.load()), "unsupported GEMM output or bias dtype");
   }
+  return kTweSuccess;
+}
+
+namespace {
+
+/*! out[r][j] = fl(out[r][j] + bias[j]) rounded to out's dtype: each expert's output is its GEMM
+ *  rounded to the output dtype, then the bias added — the bytes of BasicLinear + Bias / tep.Linear. */
+void add_bias_rows(const TweTensorView& out, const TweTensorView& bias) {
+  const int64_t r = rows(out), n = cols(out);
+  dispatch_high_precision(out.dtype, [&](auto out_tag) {
+    using Out = decltype(out_tag);
+    return dispatch_high_precision(bias.dtype, [&](auto bias_tag) {
+      using Bias = decltype(bias_tag);
+      Out* y = static_cast<Out*>(out.data);
+      const Bias* b = static_cast<const Bias*>(bias.data);
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          y[i * n + j] = FromFloat<Out>::apply(numerics::add_f32(to_float(y[i * n + j]), to_float(b[j])));
+      return kTweSuccess;
+    });
+  });
+}
+
+void zero_elements(const TweTensorView& v, int64_t offset, int64_t count) {
+  if (count > 0) std::memset(static_cast<char*>(v.data) + offset * element_size(v.dtype), 0,
+                             static_cast<size_t>(count * element_size(v.dtype)));
+}
+
+}  // namespace
+
+TweStatus grouped_gemm(const GroupedGemmArgs& args) {
+  const int32_t* splits = static_cast<const int32_t*>(args.m_splits->data);
+  const int64_t n = args.n, k = args.k;
+  int64_t last_end = 0;
+  for (int64_t g = 0; g < args.groups; ++g) {
+    int64_t begin, end;
+    group_rows(splits, g, args.m, &begin, &end);
+    const int64_t rows = end - begin;
+    last_end = end;
+    TweGemmOperand a{}, b{};
+    TweTensorView out, bias;
+    GemmArgs call{&a, &b, nullptr, &out, args.scaling, 0, n, 0, args.stream, nullptr};  // CPU: no workspace
+    if (args.scaling == kTweGemmFP8PerTensor) {
+      a.scale_inv = view_2d(*args.a_scale_inv, g, 1, 1);
+      b.scale_inv = view_2d(*args.b_scale_inv, g, 1, 1);
+    } else if (args.scaling == kTweGemmMXFP8) {
+      // Rowwise (K-major) copies: roundup(m, 128) scale rows per group; columnwise copies:
+      // roundup(m / 32, 4). Activations' m is the group's rows, the weights' m is N.
+      auto region = [&](const TweTensorView& scales, bool k_major, const int32_t* sizes, int64_t uniform) {
+        int64_t row = 0;
+        for (int64_t j = 0; j < g; ++j) {
+          const int64_t m = sizes ? std::max<int32_t>(sizes[j], 0) : uniform;
+          row += k_major ? round_up(m, 128) : round_up(m / 32, 4);
+        }
+        const int64_t m = sizes ? std::max<int32_t>(sizes[g], 0) : uniform;
+        const int64_t stride = scales.shape[scales.ndim - 1];
+        return view_2d(scales, row * stride, k_major ? round_up(m, 128) : round_up(m / 32, 4), stride);
+      };
+      if (!args.ragged_k) {
+        a.scale_inv = region(*args.a_scale_inv, true, splits, 0);
+        b.scale_inv = region(*args.b_scale_inv, args.b_k_major, nullptr, args.b_k_major ? n : k);
+      } else {
+        a.scale_inv = region(*args.a_scale_inv, false, splits, 0);
+        b.scale_inv = region(*args.b_scale_inv, false, splits, 0);
+      }
+    }
+    if (!args.ragged_k) {
+      if (rows == 0) continue;
+      a.data = view_2d(*args.a, begin * k, rows, k);
+      a.k_major = 1;
+      b.data = args.b_k_major ? view_2d(*args.b, g * n * k, n, k) : view_2d(*args.b, g * n * k, k, n);
+      b.k_major = args.b_k_major;
+      out = view_2d(*args.out, begin * n, rows, n);
+      if (args.bias) bias = view_2d(*args.bias, g * n, 1, n);  // added after the GEMM's rounding (below)
+      call.m = rows;
+      call.k = k;
+    } else {
+      out = view_2d(*args.out, g * n * k, n, k);
+      if (rows == 0) {
+        zero_elements(*args.out, g * n * k, n * k);
+        continue;
+      }
+      a.data = args.a_k_major ? view_2d(*args.a, begin * n, n, rows) : view_2d(*args.a, begin * n, rows, n);
+      a.k_major = args.a_k_major;
+      b.data = args.b_k_major ? view_2d(*args.b, begin * k, k, rows) : view_2d(*args.b, begin * k, rows, k);
+      b.k_major = args.b_k_major;
+      call.m = n;
+      call.n = k;
+      call.k = rows;
+    }
+    const TweStatus st = gemm(call);
+    if (st) return st;
+    if (!args.ragged_k && args.bias) add_bias_rows(out, bias);
+  }
+  if (!args.ragged_k) zero_elements(*args.out, last_end * n, (args.m - last_end) * n);
   return kTweSuccess;
 }
 

@@ -228,5 +228,32 @@ TweStatus permute_unpermute_backward(const PermuteArgs& a) {
   });
 }
 
+TweStatus permute_pad_offsets(const PermuteArgs& a) {
+  pad_offsets_of(static_cast<const int32_t*>(a.in->data), a.in_rows, a.align, static_cast<int32_t*>(a.out->data),
+                 static_cast<int32_t*>(a.out_probs->data));
+  return kTweSuccess;
+}
+
+TweStatus permute_pad_map(const PermuteArgs& a) {
+  const int64_t E = a.params.num_slots;
+  const int32_t* in = static_cast<const int32_t*>(a.row_id_map->data);
+  const int32_t* offsets = static_cast<const int32_t*>(a.in2->data);
+  int32_t* out = static_cast<int32_t*>(a.out->data);
+  for (int64_t t = 0; t < a.params.num_tokens; ++t) {
+    pad_map_entry(in + t * (2 * E + 1), offsets, E, out + t * (2 * E + 1));
+  }
+  return kTweSuccess;
+}
+
+TweStatus permute_split_pad_map(const PermuteArgs& a) {
+  const int32_t* split = static_cast<const int32_t*>(a.in->data);
+  const int32_t* offsets = static_cast<const int32_t*>(a.in2->data);
+  int32_t* map = static_cast<int32_t*>(a.out->data);
+  for (int64_t r = 0; r < a.params.num_tokens; ++r) {
+    map[r] = static_cast<int32_t>(split_pad_row(split, offsets, a.in_rows, r, a.params.num_out_tokens));
+  }
+  return kTweSuccess;
+}
+
 }  // namespace cpu
 }  // namespace twe

@@ -570,6 +570,71 @@ TweStatus quantize_fp8_current(const QuantizeArgs& a) {
   });
 }
 
+TweStatus grouped_quantize_fp8_current(const QuantizeArgs& a, const TweTensorView& m_splits) {
+  const int32_t* splits = static_cast<const int32_t*>(m_splits.data);
+  const TweQuantizedTensor& o = *a.output;
+  const int64_t k = a.cols;
+  auto block = [](const TweTensorView& v, int64_t offset, int64_t rows, int64_t cols) {
+    return view_2d(v, offset, rows, cols);
+  };
+  int64_t start = 0;
+  for (int64_t g = 0; g < m_splits.shape[0]; ++g) {
+    const int64_t begin = std::min(start, a.rows);
+    const int64_t end = std::min(start + std::max<int32_t>(splits[g], 0), a.rows);
+    start += std::max<int32_t>(splits[g], 0);
+    const int64_t rows = end - begin;
+    TweTensorView input = block(*a.input, begin * k, rows, k);
+    TweQuantizedTensor out{};
+    out.rowwise_data = block(o.rowwise_data, begin * k, rows, k);
+    out.rowwise_scale_inv = block(o.rowwise_scale_inv, g, 1, 1);
+    out.columnwise_data = block(o.columnwise_data, begin * k, k, rows);
+    out.columnwise_scale_inv = block(o.columnwise_scale_inv, g, 1, 1);
+    out.amax = block(o.amax, g, 1, 1);
+    QuantizeArgs group{&input, nullptr, nullptr, &out, a.params, rows, k, a.stream};
+    const TweStatus st = quantize_fp8_current(group);
+    if (st) return st;
+  }
+  return kTweSuccess;
+}
+
+TweStatus grouped_quantize_mxfp8(const QuantizeArgs& a, const TweTensorView& m_splits) {
+  const int32_t* splits = static_cast<const int32_t*>(m_splits.data);
+  const TweQuantizedTensor& o = *a.output;
+  const int64_t k = a.cols;
+  auto block = [](const TweTensorView& v, int64_t row, int64_t rows) {
+    const int64_t cols = v.shape[v.ndim - 1];
+    return view_2d(v, row * cols, rows, cols);
+  };
+  int64_t start = 0, row_scales = 0, col_scales = 0;
+  for (int64_t g = 0; g < m_splits.shape[0]; ++g) {
+    const int64_t m = splits[g];
+    if (m < 0 || m % 32 != 0) {
+      return fail(kTweInvalidArgument, "MXFP8 quantizes each expert block on its own and needs every m_split to be a "
+                                       "multiple of 32 (pad the blocks: align_size=32), got " + std::to_string(m));
+    }
+    const int64_t r_rows = round_up(m, 128), c_rows = round_up(m / 32, 4);
+    if (start + m > a.rows || row_scales + r_rows > rows(o.rowwise_scale_inv) ||
+        col_scales + c_rows > rows(o.columnwise_scale_inv)) {
+      return fail(kTweInvalidArgument, "m_splits exceed the rows of the input or of the scale buffers");
+    }
+    TweTensorView input = block(*a.input, start, m);
+    TweQuantizedTensor out{};
+    out.rowwise_data = block(o.rowwise_data, start, m);
+    out.rowwise_scale_inv = block(o.rowwise_scale_inv, row_scales, r_rows);
+    out.columnwise_data = block(o.columnwise_data, start, m);
+    out.columnwise_scale_inv = block(o.columnwise_scale_inv, col_scales, c_rows);
+    QuantizeArgs group{&input, nullptr, nullptr, &out, a.params, m, k, a.stream};
+    if (m > 0) {
+      const TweStatus st = quantize_mxfp8(group);
+      if (st) return st;
+    }
+    start += m;
+    row_scales += r_rows;
+    col_scales += c_rows;
+  }
+  return kTweSuccess;
+}
+
 TweStatus quantize_fp8_delayed(const QuantizeArgs& a) {
   ScopedIeeeSubnormals ieee;
   return dispatch_high_precision(a.input->dtype, [&](auto tag) {

@@ -354,5 +354,50 @@ TweStatus permute_unpermute_backward(const PermuteArgs& a) {
   });
 }
 
+namespace {
+
+__global__ void pad_offsets_kernel(const int32_t* counts, int64_t E, int64_t align, int32_t* offsets,
+                                   int32_t* padded) {
+  pad_offsets_of(counts, E, align, offsets, padded);
+}
+
+__global__ void pad_map_kernel(const int32_t* in, const int32_t* offsets, int64_t T, int64_t E, int32_t* out) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t < T) pad_map_entry(in + t * (2 * E + 1), offsets, E, out + t * (2 * E + 1));
+}
+
+__global__ void split_pad_map_kernel(const int32_t* split, const int32_t* offsets, int64_t G, int64_t T,
+                                     int64_t num_out, int32_t* map) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r < T) map[r] = static_cast<int32_t>(split_pad_row(split, offsets, G, r, num_out));
+}
+
+}  // namespace
+
+TweStatus permute_pad_offsets(const PermuteArgs& a) {
+  pad_offsets_kernel<<<1, 1, 0, static_cast<cudaStream_t>(a.stream)>>>(
+      static_cast<const int32_t*>(a.in->data), a.in_rows, a.align, static_cast<int32_t*>(a.out->data),
+      static_cast<int32_t*>(a.out_probs->data));
+  return check_launch("pad_offsets_kernel");
+}
+
+TweStatus permute_pad_map(const PermuteArgs& a) {
+  const int64_t T = a.params.num_tokens;
+  if (T == 0) return kTweSuccess;
+  pad_map_kernel<<<blocks_for(T), kThreads, 0, static_cast<cudaStream_t>(a.stream)>>>(
+      static_cast<const int32_t*>(a.row_id_map->data), static_cast<const int32_t*>(a.in2->data), T,
+      a.params.num_slots, static_cast<int32_t*>(a.out->data));
+  return check_launch("pad_map_kernel");
+}
+
+TweStatus permute_split_pad_map(const PermuteArgs& a) {
+  const int64_t T = a.params.num_tokens;
+  if (T == 0) return kTweSuccess;
+  split_pad_map_kernel<<<blocks_for(T), kThreads, 0, static_cast<cudaStream_t>(a.stream)>>>(
+      static_cast<const int32_t*>(a.in->data), static_cast<const int32_t*>(a.in2->data), a.in_rows, T,
+      a.params.num_out_tokens, static_cast<int32_t*>(a.out->data));
+  return check_launch("split_pad_map_kernel");
+}
+
 }  // namespace cuda
 }  // namespace twe

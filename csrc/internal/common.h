@@ -62,6 +62,17 @@ inline int64_t element_size(TweDType d) {
   }
 }
 
+/*! A 2-D (rows, cols) view of the elements starting `offset` elements into v (a block of a
+ *  grouped tensor). */
+inline TweTensorView view_2d(const TweTensorView& v, int64_t offset, int64_t rows, int64_t cols) {
+  TweTensorView s = v;
+  s.data = static_cast<char*>(v.data) + offset * element_size(v.dtype);
+  s.ndim = 2;
+  s.shape[0] = rows;
+  s.shape[1] = cols;
+  return s;
+}
+
 /*! Makes `stream` (a `const TweCpuExecutor*`, or NULL for the default) the executor of the CPU
  *  kernels this thread runs until the scope ends (csrc/internal/cpu.h parallel_for reads it). */
 class CpuStreamScope {

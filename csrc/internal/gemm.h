@@ -105,9 +105,41 @@ GemmWorkspaceLayout gemm_workspace_layout(const TweGemmPlan& plan, const TweGemm
 /*! The dispatcher table (csrc/abi/gemm_plan.cc); records an error for impossible combinations. */
 TweStatus gemm_plan(const TweGemmPlanQuery& query, TweGemmPlan* plan);
 
-#define TWE_GEMM_KERNELS(NS)              \
-  namespace NS {                          \
-  TweStatus gemm(const GemmArgs& args);   \
+/*! A grouped GEMM after the ABI checks: G groups of rows given by m_splits (int32 (G,)).
+ *  ragged_k = false: out (m, n) rows of group g = a rows · b[g]ᵀ (+ bias[g]);
+ *  ragged_k = true: out[g] (n, k) = a[:, rows]ᵀ-contraction with b rows (wgrad). */
+struct GroupedGemmArgs {
+  const TweTensorView* a;
+  const TweTensorView* b;
+  const TweTensorView* m_splits;
+  const TweTensorView* bias;  // nullptr when absent
+  TweTensorView* out;
+  const TweTensorView* a_scale_inv;  // (G,) per-tensor FP8, else nullptr
+  const TweTensorView* b_scale_inv;
+  TweGemmScaling scaling;
+  bool ragged_k;
+  bool a_k_major;
+  bool b_k_major;
+  int64_t groups;
+  int64_t m;  // rows split into groups
+  int64_t n;
+  int64_t k;
+  void* stream;
+};
+
+/*! [begin, end) of group g's rows: sizes < 0 count as 0, blocks clipped to m (host and device). */
+TWE_HOST_DEVICE void group_rows(const int32_t* splits, int64_t g, int64_t m, int64_t* begin, int64_t* end) {
+  int64_t start = 0;
+  for (int64_t i = 0; i < g; ++i) start += splits[i] > 0 ? splits[i] : 0;
+  const int64_t size = splits[g] > 0 ? splits[g] : 0;
+  *begin = start < m ? start : m;
+  *end = start + size < m ? start + size : m;
+}
+
+#define TWE_GEMM_KERNELS(NS)                              \
+  namespace NS {                                          \
+  TweStatus gemm(const GemmArgs& args);                   \
+  TweStatus grouped_gemm(const GroupedGemmArgs& args);    \
   }
 
 TWE_GEMM_KERNELS(cpu)

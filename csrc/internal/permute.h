@@ -45,6 +45,46 @@ struct RowIdMap {
   }
 };
 
+/*! Destination row of row r when consecutive blocks of `split` (G sizes, negative = 0) are
+ *  shifted by `pad_offsets`: r + pad_offsets[g] for r in block g, −1 past the blocks or at
+ *  ≥ num_out (host and device). */
+TWE_HOST_DEVICE int64_t split_pad_row(const int32_t* split, const int32_t* pad_offsets, int64_t groups, int64_t r,
+                                      int64_t num_out) {
+  int64_t start = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t size = split[g] > 0 ? split[g] : 0;
+    if (r < start + size) {
+      const int64_t dst = r + pad_offsets[g];
+      return dst >= 0 && dst < num_out ? dst : -1;
+    }
+    start += size;
+  }
+  return -1;
+}
+
+/*! twe_permute_pad_offsets over E experts, one pass in expert order (host and device). */
+TWE_HOST_DEVICE void pad_offsets_of(const int32_t* counts, int64_t experts, int64_t align, int32_t* offsets,
+                                    int32_t* padded) {
+  int64_t shift = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t c = counts[e] > 0 ? counts[e] : 0;
+    const int64_t p = (c + align - 1) / align * align;
+    offsets[e] = static_cast<int32_t>(shift);
+    padded[e] = static_cast<int32_t>(p);
+    shift += p - c;
+  }
+}
+
+/*! The padded form of one mask-map entry (2E+1 int32 values) (host and device). */
+TWE_HOST_DEVICE void pad_map_entry(const int32_t* in, const int32_t* pad_offsets, int64_t experts, int32_t* out) {
+  const int64_t n = in[2 * experts];
+  for (int64_t i = 0; i < 2 * experts + 1; ++i) out[i] = in[i];
+  for (int64_t i = 0; i < n && i < experts; ++i) {
+    const int32_t e = in[experts + i];
+    if (in[i] >= 0 && e >= 0 && e < experts) out[i] = in[i] + pad_offsets[e];
+  }
+}
+
 inline RowIdMap row_id_map_of(const TweTensorView* map, const TwePermuteParams& p) {
   return RowIdMap{static_cast<const int32_t*>(map->data), p.map_type, p.num_tokens, p.num_slots,
                   p.num_out_tokens};
@@ -78,6 +118,7 @@ struct PermuteArgs {
   int64_t out_rows;  // rows of `out`
   int64_t width;     // elements per row (hidden size; or bytes per row for twe_permute_rows)
   void* stream;
+  int64_t align = 0;  // block alignment (twe_permute_pad_offsets)
 };
 
 #define TWE_PERMUTE_KERNELS(NS)                                  \
@@ -89,6 +130,9 @@ struct PermuteArgs {
   TweStatus permute_rows_backward(const PermuteArgs& args);      \
   TweStatus permute_unpermute(const PermuteArgs& args);          \
   TweStatus permute_unpermute_backward(const PermuteArgs& args); \
+  TweStatus permute_pad_offsets(const PermuteArgs& args);        \
+  TweStatus permute_pad_map(const PermuteArgs& args);            \
+  TweStatus permute_split_pad_map(const PermuteArgs& args);      \
   }
 
 TWE_PERMUTE_KERNELS(cpu)

@@ -40,12 +40,19 @@ TweStatus bias_grad(OpCall& call) {
   return twe_bias_grad(call.input(0), &db, call.stream);
 }
 
+// inputs: dy, m_splits | outputs: dbias (G, K)
+TweStatus bias_grad_grouped(OpCall& call) {
+  TweTensorView db = only_output(call);
+  return twe_bias_grad_grouped(call.input(0), call.input(1), &db, call.stream);
+}
+
 }  // namespace
 
 TWE_REGISTER_OP(bias_add, bias_add);
 TWE_REGISTER_OP(add, add);
 TWE_REGISTER_OP(scale, scale);
 TWE_REGISTER_OP(bias_grad, bias_grad);
+TWE_REGISTER_OP(bias_grad_grouped, bias_grad_grouped);
 
 }  // namespace ops
 }  // namespace twe

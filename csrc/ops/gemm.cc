@@ -47,9 +47,62 @@ TweStatus gemm_swizzle_scales(OpCall& call) {
   return twe_gemm_swizzle_scales(call.input(0), &out, &params, call.stream);
 }
 
+TweGroupedGemmParams grouped_params(OpCall& call) {
+  TweGroupedGemmParams params{};
+  params.scaling = static_cast<TweGemmScaling>(call.attrs->get_int("scaling"));
+  params.a_k_major = static_cast<int32_t>(call.attrs->get_int("a_k_major"));
+  params.b_k_major = static_cast<int32_t>(call.attrs->get_int("b_k_major"));
+  return params;
+}
+
+/*! Inputs a, [a_scale_inv], b, [b_scale_inv], m_splits (scales for per-tensor FP8), from `next`. */
+struct GroupedInputs {
+  const TweTensorView* a = nullptr;
+  const TweTensorView* a_scale = nullptr;
+  const TweTensorView* b = nullptr;
+  const TweTensorView* b_scale = nullptr;
+  const TweTensorView* m_splits = nullptr;
+};
+
+GroupedInputs grouped_inputs(OpCall& call, const TweGroupedGemmParams& params, size_t* next) {
+  const bool scaled = params.scaling != kTweGemmHighPrecision;
+  GroupedInputs in;
+  in.a = call.input((*next)++);
+  if (scaled) in.a_scale = call.input((*next)++);
+  in.b = call.input((*next)++);
+  if (scaled) in.b_scale = call.input((*next)++);
+  in.m_splits = call.input((*next)++);
+  return in;
+}
+
+// inputs: a, [a_scale_inv], b, [b_scale_inv], m_splits[, bias] | outputs: out
+// attrs: scaling, a_k_major, b_k_major
+TweStatus grouped_gemm(OpCall& call) {
+  const TweGroupedGemmParams params = grouped_params(call);
+  size_t next = 0;
+  const GroupedInputs in = grouped_inputs(call, params, &next);
+  const TweTensorView* bias = next < call.inputs.size() ? call.input(next) : nullptr;
+  TweTensorView out = call.take_output();
+  call.expect_all_outputs_taken();
+  return twe_grouped_gemm(in.a, in.a_scale, in.b, in.b_scale, in.m_splits, bias, &out, &params, call.stream);
+}
+
+// inputs: a, [a_scale_inv], b, [b_scale_inv], m_splits | outputs: out (G, N, K)
+// attrs: scaling, a_k_major, b_k_major
+TweStatus grouped_gemm_wgrad(OpCall& call) {
+  const TweGroupedGemmParams params = grouped_params(call);
+  size_t next = 0;
+  const GroupedInputs in = grouped_inputs(call, params, &next);
+  TweTensorView out = call.take_output();
+  call.expect_all_outputs_taken();
+  return twe_grouped_gemm_wgrad(in.a, in.a_scale, in.b, in.b_scale, in.m_splits, &out, &params, call.stream);
+}
+
 }  // namespace
 
 TWE_REGISTER_OP(gemm, gemm);
+TWE_REGISTER_OP(grouped_gemm, grouped_gemm);
+TWE_REGISTER_OP(grouped_gemm_wgrad, grouped_gemm_wgrad);
 TWE_REGISTER_OP(gemm_swizzle_scales, gemm_swizzle_scales);
 
 }  // namespace ops

@@ -89,8 +89,35 @@ TweStatus permute_unpermute_backward(OpCall& call) {
                                         call.stream);
 }
 
+// inputs: counts | outputs: pad_offsets, padded_counts | attrs: align_size
+TweStatus permute_pad_offsets(OpCall& call) {
+  TweTensorView offsets = call.take_output();
+  TweTensorView padded = call.take_output();
+  call.expect_all_outputs_taken();
+  return twe_permute_pad_offsets(call.input(0), &offsets, &padded, call.attrs->get_int("align_size"), call.stream);
+}
+
+// inputs: row_id_map, pad_offsets | outputs: padded row_id_map
+TweStatus permute_pad_map(OpCall& call) {
+  TweTensorView out = call.take_output();
+  call.expect_all_outputs_taken();
+  TwePermuteParams p = permute_params(*call.attrs);
+  return twe_permute_pad_map(call.input(0), call.input(1), &out, &p, call.stream);
+}
+
+// inputs: split_sizes, pad_offsets | outputs: row_id_map
+TweStatus permute_split_pad_map(OpCall& call) {
+  TweTensorView map = call.take_output();
+  call.expect_all_outputs_taken();
+  TwePermuteParams p = permute_params(*call.attrs);
+  return twe_permute_split_pad_map(call.input(0), call.input(1), &map, &p, call.stream);
+}
+
 }  // namespace
 
+TWE_REGISTER_OP(permute_pad_offsets, permute_pad_offsets);
+TWE_REGISTER_OP(permute_pad_map, permute_pad_map);
+TWE_REGISTER_OP(permute_split_pad_map, permute_split_pad_map);
 TWE_REGISTER_OP(permute_row_id_map_index, permute_row_id_map<twe_permute_row_id_map_index>);
 TWE_REGISTER_OP(permute_row_id_map_mask, permute_row_id_map<twe_permute_row_id_map_mask>);
 TWE_REGISTER_OP(permute_chunk_map, permute_chunk_map);

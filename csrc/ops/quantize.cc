@@ -53,6 +53,20 @@ TweQuantizedTensor quantized_outputs(OpCall& call, TweScalingMode mode) {
 
 namespace {
 
+// inputs: x, m_splits | outputs: rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv, amax
+TweStatus grouped_quantize_fp8_current(OpCall& call) {
+  TweQuantizedTensor out = quantized_outputs(call, AmaxOutputs::kTensor);
+  TweQuantizeParams p = quantize_params(*call.attrs);
+  return twe_grouped_quantize_fp8_current(call.input(0), call.input(1), &out, &p, call.stream);
+}
+
+// inputs: x, m_splits | outputs: rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv
+TweStatus grouped_quantize_mxfp8(OpCall& call) {
+  TweQuantizedTensor out = quantized_outputs(call, AmaxOutputs::kNone);
+  TweQuantizeParams p = quantize_params(*call.attrs);
+  return twe_grouped_quantize_mxfp8(call.input(0), call.input(1), &out, &p, call.stream);
+}
+
 // inputs: x | outputs: quantized (+ amax)
 TweStatus quantize_fp8_current(OpCall& call) {
   TweQuantizedTensor out = quantized_outputs(call, AmaxOutputs::kTensor);
@@ -138,6 +152,8 @@ TweStatus update_delayed_scaling(OpCall& call) {
 }  // namespace
 
 TWE_REGISTER_OP(quantize_fp8_current, quantize_fp8_current);
+TWE_REGISTER_OP(grouped_quantize_fp8_current, grouped_quantize_fp8_current);
+TWE_REGISTER_OP(grouped_quantize_mxfp8, grouped_quantize_mxfp8);
 TWE_REGISTER_OP(quantize_fp8_delayed, quantize_fp8_delayed);
 TWE_REGISTER_OP(quantize_mxfp8, quantize_mxfp8);
 TWE_REGISTER_OP(quantize_fp8_block, quantize_fp8_block);

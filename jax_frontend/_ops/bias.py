@@ -3,7 +3,7 @@ Shapes, checks and errors come from core/ops/bias.py."""
 
 from __future__ import annotations
 
-from ...ops.bias import ADD, BIAS_ADD, BIAS_GRAD, SCALE
+from ...ops.bias import ADD, BIAS_ADD, BIAS_GRAD, BIAS_GRAD_GROUPED, SCALE
 from .._library import dtype_name, ffi, meta
 
 __all__ = ["bias_add", "add", "scale", "bias_grad"]
@@ -46,4 +46,10 @@ def bias_grad(dy, dtype):
         TypeError: bad dtypes.
     """
     (db,) = ffi(BIAS_GRAD.plan(meta(dy), dtype_name(dtype)), [dy])
+    return db
+
+
+def bias_grad_grouped(dy, m_splits, dtype):
+    """db (G, K): row g = Σc over the rows of group g of dy (as twinengine.pytorch's, same kernel)."""
+    (db,) = ffi(BIAS_GRAD_GROUPED.plan(meta(dy), meta(m_splits), dtype_name(dtype)), [dy, m_splits])
     return db

@@ -85,7 +85,7 @@ def test_unpermute_num_tokens():
 @pytest.mark.parametrize("plan, error, match", [
     (lambda: ROW_ID_MAP.plan(A((5, 3), "int64"), 15, "index"), TypeError, "index routing_map must have dtype int32"),
     (lambda: ROW_ID_MAP.plan(A((5,), "int32"), 15, "index"), ValueError, "routing_map must be 2-D"),
-    (lambda: ROW_ID_MAP.plan(A((0, 3), "int32"), 15, "index"), ValueError, "at least one token"),
+    (lambda: ROW_ID_MAP.plan(A((5, 0), "int32"), 15, "index"), ValueError, "at least one slot"),
     (lambda: ROW_ID_MAP.plan(A((5, 3), "int32"), 2**31, "index"), ValueError, "int32"),
     (lambda: ROW_ID_MAP.plan(A((5, 3), "int32"), 4, "dense"), ValueError, "map_type must be"),
     (lambda: PERMUTE.plan(A((5, 16), "float32"), A((5, 16), "int32"), None, 5, 9, "mask"), ValueError,
@@ -156,3 +156,42 @@ def test_reference_unpermute_by_hand():
     grad_y, grad_p = ref.unpermute_bwd_ref(np.ones((2, 2), np.float32), y, row_id_map, "index", probs)
     assert grad_y.tolist() == [[0.5, 0.5], [2.0, 2.0], [4.0, 4.0]]
     assert grad_p.tolist() == [[3.0, 7.0], [11.0, 0.0]]
+
+
+# ---- padding helpers ------------------------------------------------------------------------------
+
+def test_padded_rows_is_the_static_worst_case():
+    from twinengine.ops.permute import padded_rows
+    assert padded_rows(0, 8, 16) == 0
+    assert padded_rows(11, 4, 4) == 20          # (11 + 4·3) // 4 · 4
+    assert padded_rows(3, 8, 16) == 48          # at most 3 nonempty blocks
+    for counts in ([1, 0, 0, 2], [5, 5, 1, 0], [16, 16, 16, 16]):
+        need = sum(-(-c // 16) * 16 for c in counts)
+        assert need <= padded_rows(sum(counts), len(counts), 16)
+
+
+@pytest.mark.parametrize("recipe, good, bad", [
+    (None, 3, 0),
+    ("Float8CurrentScaling", 32, 8),
+    ("MXFP8BlockScaling", 64, 16),
+    ("Float8BlockScaling", 256, 64),
+])
+def test_check_align_size_follows_the_recipe_row_alignment(recipe, good, bad):
+    import twinengine as te
+    from twinengine.ops.permute import check_align_size
+    r = None if recipe is None else getattr(te.recipe, recipe)()
+    check_align_size("op", good, r)
+    with pytest.raises(ValueError, match="twinengine.op: align_size"):
+        check_align_size("op", bad, r)
+    with pytest.raises(TypeError, match="align_size must be an int"):
+        check_align_size("op", 16.0, r)
+
+
+def test_check_split_values():
+    from twinengine.ops.permute import check_split_values
+    check_split_values("op", [2, 0, 3], 5)
+    check_split_values("op", [2, 0, 3], 9)
+    with pytest.raises(ValueError, match="at most the 4 rows"):
+        check_split_values("op", [2, 0, 3], 4)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        check_split_values("op", [6, -1], 5)

@@ -173,3 +173,31 @@ def test_moe_permute_vmap_matches_per_example():
     batched = jax.jit(jax.vmap(round_trip))(xs, ids, probs)
     for i, c in enumerate(cases):
         assert_bytes_equal(np.asarray(batched[i]), np.asarray(round_trip(c.x, c.ids, c.probs)), f"example {i}")
+
+
+def _empty_block(x, probs_mask, probs_index, mask, ids, split_sizes, sorted_index, chunk_probs):
+    out_m, pp_m, map_m = tej.moe_permute_with_probs(x, probs_mask, mask, num_out_tokens=0)
+    out_i, map_i = tej.moe_permute(x, ids, map_type="index")
+    back = tej.moe_unpermute(out_m, map_m, merging_probs=probs_mask, restore_shape=x.shape)
+    back_i = tej.moe_unpermute(out_i, map_i, restore_shape=x.shape, map_type="index")
+    sorted_x, sorted_p = tej.moe_sort_chunks_by_index_with_probs(x, chunk_probs, split_sizes, sorted_index)
+    pp_i = tej.moe_permute_with_probs(x, probs_index, ids, map_type="index")[1]
+    return out_m, pp_m, out_i, back, back_i, sorted_x, sorted_p, pp_i
+
+
+@pytest.mark.parametrize("jitted", [False, True])
+def test_moe_ops_zero_tokens_give_empty_outputs_and_gradients(jitted):
+    H, E, K = 8, 4, 2
+    fixed = (jnp.zeros((0, E), jnp.bool_), jnp.zeros((0, K), jnp.int32), jnp.array([0, 0, 0], jnp.int32),
+             jnp.array([2, 0, 1], jnp.int32))
+
+    def block(x, probs_mask, probs_index, chunk_probs):
+        mask, ids, split_sizes, sorted_index = fixed
+        return _empty_block(x, probs_mask, probs_index, mask, ids, split_sizes, sorted_index, chunk_probs)
+
+    fn = jax.jit(block) if jitted else block
+    args = (jnp.zeros((0, H)), jnp.zeros((0, E)), jnp.zeros((0, K)), jnp.zeros((0,)))
+    outs = fn(*args)
+    assert [o.shape for o in outs] == [(0, H), (0,), (0, H), (0, H), (0, H), (0, H), (0,), (0,)]
+    grads = jax.grad(lambda *a: sum(o.sum() for o in fn(*a)), argnums=(0, 1, 2, 3))(*args)
+    assert [g.shape for g in grads] == [a.shape for a in args]

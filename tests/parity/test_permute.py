@@ -69,3 +69,42 @@ def test_moe_permute_torch_eager_compiled_and_jax_jit_agree():
     for name, e, c, j in zip(names, eager, compiled, jitted):
         assert_bytes_equal(c, e, f"compiled vs eager: {name}")
         assert_bytes_equal(j, e, f"jax.jit vs torch eager: {name}")
+
+
+def _pad_block(lib, x, probs, mask, counts, splits):
+    out, pp, row_id_map, pad_offsets, target = lib.moe_permute_and_pad_with_probs(x, probs, mask, counts, 16,
+                                                                                num_out_tokens=17)
+    back = lib.moe_unpermute(out, row_id_map, probs, pad_offsets=pad_offsets)
+    padded, padded_splits = lib.moe_pad_splits(x, splits, 16)
+    return out, pp, back, target, padded, padded_splits
+
+
+def test_moe_permute_and_pad_torch_and_jax_agree():
+    mask = np.zeros((11, 4), bool)
+    mask[np.arange(11), np.arange(11) % 4] = True
+    mask[np.arange(6), 3] = True
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((11, 16)).astype(np.float32).astype(NUMPY_DTYPES["bfloat16"])
+    probs = rng.random((11, 4)).astype(np.float32)
+    splits = np.array([5, 0, 6], np.int32)
+    torch_out = _pad_block(tep, to_torch(x), to_torch(probs), torch.from_numpy(mask), torch.from_numpy(mask.sum(0)),
+                           torch.from_numpy(splits))
+    jax_out = jax.jit(lambda *a: _pad_block(tej, *a))(x, probs, mask, mask.sum(0).astype(np.int32), splits)
+    for i, (t, j) in enumerate(zip(torch_out, jax_out)):
+        assert_bytes_equal(np.asarray(j), from_torch(t), f"result {i}")
+
+
+def test_padding_errors_have_the_same_text():
+    import pytest
+
+    import twinengine as te
+    messages = []
+    for lib, x in ((tep, torch.ones(4, 8)), (tej, np.ones((4, 8), np.float32))):
+        with lib.autocast(recipe=te.recipe.MXFP8BlockScaling()):
+            with pytest.raises(ValueError) as err:
+                lib.moe_pad_splits(x, np.array([1, 3]) if lib is tej else torch.tensor([1, 3]), 16)
+        messages.append(str(err.value))
+        with pytest.raises(ValueError) as err:
+            lib.moe_pad_splits(x, np.array([2, 3]) if lib is tej else torch.tensor([2, 3]), 16)
+        messages.append(str(err.value))
+    assert messages[0] == messages[2] and messages[1] == messages[3] and "row alignment 32" in messages[0]

@@ -266,7 +266,7 @@ def test_moe_ops_pass_opcheck():
         (torch.ops.twinengine.moe_permute, (x, index_map, None, 9, 27, "index", None)),
         (torch.ops.twinengine.moe_permute, (torch.randint(0, 255, (128, 4), dtype=torch.uint8), row_id_map, None, 9,
                                             n_out, "mask", 128)),
-        (torch.ops.twinengine.moe_permute_bwd, (y.detach(), row_id_map, torch.randn(n_out), 9, "mask")),
+        (torch.ops.twinengine.moe_permute_bwd, (y.detach(), row_id_map, torch.randn(n_out), 9, "mask", None)),
         (torch.ops.twinengine.moe_unpermute, (y, row_id_map, probs, 9, "mask")),
         (torch.ops.twinengine.moe_unpermute, (y.detach()[:0], index_map, None, 9, "index")),
         (torch.ops.twinengine.moe_unpermute_bwd, (torch.randn(9, x.shape[1]), y.detach(), row_id_map, probs.detach(),
@@ -317,3 +317,33 @@ def test_moe_permute_quantized_compile_matches_eager():
     compiled = torch.compile(permute_dequantized, fullgraph=True, backend="inductor")
     x, ids = to_torch(case.x), torch.from_numpy(case.ids)
     assert_bytes_equal(from_torch(compiled(x, ids)), from_torch(permute_dequantized(x, ids)), "compiled vs eager")
+
+
+# ---- zero tokens ------------------------------------------------------------------------------
+
+def _empty_block(x, probs_mask, probs_index, mask, ids, split_sizes, sorted_index, chunk_probs):
+    out_m, pp_m, map_m = tep.moe_permute_with_probs(x, probs_mask, mask, num_out_tokens=0)
+    out_i, map_i = tep.moe_permute(x, ids, map_type="index")
+    back = tep.moe_unpermute(out_m, map_m, merging_probs=probs_mask, restore_shape=x.shape)
+    back_i = tep.moe_unpermute(out_i, map_i, restore_shape=x.shape, map_type="index")
+    sorted_x, sorted_p = tep.moe_sort_chunks_by_index_with_probs(x, chunk_probs, split_sizes, sorted_index)
+    sorted_only = tep.moe_sort_chunks_by_index(x, split_sizes, sorted_index)
+    pp_i = tep.moe_permute_with_probs(x, probs_index, ids, map_type="index")[1]
+    return out_m, pp_m, out_i, back, back_i, sorted_x, sorted_p, sorted_only, pp_i
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_moe_ops_zero_tokens_give_empty_outputs_and_gradients(compiled):
+    fn = torch.compile(_empty_block, fullgraph=True, backend="inductor") if compiled else _empty_block
+    H, E, K = 8, 4, 2
+    x = torch.randn(0, H, requires_grad=True)
+    probs_mask = torch.rand(0, E, requires_grad=True)
+    probs_index = torch.rand(0, K, requires_grad=True)
+    chunk_probs = torch.rand(0, requires_grad=True)
+    outs = fn(x, probs_mask, probs_index, torch.zeros(0, E, dtype=torch.bool), torch.zeros(0, K, dtype=torch.int32),
+              torch.tensor([0, 0, 0], dtype=torch.int32), torch.tensor([2, 0, 1], dtype=torch.int32), chunk_probs)
+    shapes = [(0, H), (0,), (0, H), (0, H), (0, H), (0, H), (0,), (0, H), (0,)]
+    assert [tuple(o.shape) for o in outs] == shapes
+    sum(o.sum() for o in outs).backward()
+    for name, t in (("x", x), ("probs_mask", probs_mask), ("probs_index", probs_index), ("chunk_probs", chunk_probs)):
+        assert t.grad is not None and t.grad.shape == t.shape, name

@@ -30,6 +30,11 @@ __all__ = [
     "unpermute_bwd_ref",
     "sort_chunks_ref",
     "chunk_row_id_map_ref",
+    "padded_rows_ref",
+    "pad_offsets_ref",
+    "permute_and_pad_ref",
+    "pad_row_id_map_ref",
+    "pad_splits_ref",
 ]
 
 
@@ -170,3 +175,64 @@ def sort_chunks_ref(x: np.ndarray, split_sizes, sorted_index) -> np.ndarray:
     """Concatenation of the row chunks of x in sorted_index order."""
     starts = np.concatenate([[0], np.cumsum(split_sizes)])
     return np.concatenate([x[starts[c]:starts[c + 1]] for c in sorted_index], axis=0)
+
+
+# ---- padding of expert blocks (fused permute-and-pad, Fp8Padding) ------------------------------
+# Each expert's (or split's) block of rows is padded with zero rows to a multiple of `align`;
+# the padded tensor has the static worst-case row count (N + min(E, N)·(align − 1)) rounded
+# down to a multiple of align; rows past the padded blocks are zero too.
+
+def padded_rows_ref(num_rows: int, num_blocks: int, align: int) -> int:
+    return (num_rows + min(num_blocks, num_rows) * (align - 1)) // align * align
+
+
+def pad_offsets_ref(counts, align: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pad_offsets, padded_counts) int32 (E,): padded[e] = roundup(c, align);
+    pad_offsets[e] = Σ_{j<e} (padded[j] − c_j)."""
+    counts = [max(int(c), 0) for c in counts]
+    padded = [-(-c // align) * align for c in counts]
+    offsets = [sum(p - c for p, c in zip(padded[:e], counts[:e])) for e in range(len(counts))]
+    return np.array(offsets, dtype=np.int32), np.array(padded, dtype=np.int32)
+
+
+def permute_and_pad_ref(x: np.ndarray, probs: np.ndarray, mask: np.ndarray, align: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(output, permuted_probs, pad_offsets, padded_counts) built straight from the mask: expert
+    by expert, its tokens in token order, then zero rows up to the block's padded size."""
+    T, E = mask.shape
+    counts = mask.astype(np.int64).sum(axis=0)
+    rows = padded_rows_ref(int(counts.sum()), E, align)
+    offsets, padded = pad_offsets_ref(counts, align)
+    out = np.zeros((rows,) + x.shape[1:], dtype=x.dtype)
+    pp = np.zeros(rows, dtype=probs.dtype)
+    start = 0
+    for e in range(E):
+        tokens = [t for t in range(T) if mask[t, e]]
+        for i, t in enumerate(tokens):
+            out[start + i] = x[t]
+            pp[start + i] = probs[t, e]
+        start += int(padded[e])
+    return out, pp, offsets, padded
+
+
+def pad_row_id_map_ref(row_id_map: np.ndarray, pad_offsets: np.ndarray) -> np.ndarray:
+    """A mask-map row_id_map with each kept row shifted by its expert's pad offset."""
+    out = row_id_map.copy()
+    E = (row_id_map.shape[1] - 1) // 2
+    for t in range(row_id_map.shape[0]):
+        for i in range(int(row_id_map[t, 2 * E])):
+            out[t, i] = row_id_map[t, i] + pad_offsets[row_id_map[t, E + i]]
+    return out
+
+
+def pad_splits_ref(x: np.ndarray, splits, align: int) -> tuple[np.ndarray, np.ndarray]:
+    """(padded (R, H), padded_splits) of consecutive row blocks of `splits` rows each."""
+    rows = padded_rows_ref(x.shape[0], len(splits), align)
+    _, padded = pad_offsets_ref(splits, align)
+    out = np.zeros((rows,) + x.shape[1:], dtype=x.dtype)
+    src = dst = 0
+    for size, block in zip(splits, padded):
+        out[dst:dst + size] = x[src:src + size]
+        src += size
+        dst += int(block)
+    return out, padded

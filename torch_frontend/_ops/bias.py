@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...ops.bias import ADD, BIAS_ADD, BIAS_GRAD, SCALE
+from ...ops.bias import ADD, BIAS_ADD, BIAS_GRAD, BIAS_GRAD_GROUPED, SCALE
 from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
 
 __all__ = ["bias_add", "add", "scale", "bias_grad"]
@@ -56,6 +56,18 @@ def _bias_grad(dy: torch.Tensor, dtype: str) -> torch.Tensor:
 @_bias_grad.register_fake
 def _(dy, dtype):
     (db,) = empty_outputs(BIAS_GRAD.infer(meta(dy), dtype), dy.device)
+    return db
+
+
+@torch.library.custom_op("twinengine::bias_grad_grouped", mutates_args=())
+def _bias_grad_grouped(dy: torch.Tensor, m_splits: torch.Tensor, dtype: str) -> torch.Tensor:
+    (db,) = launch(BIAS_GRAD_GROUPED.plan(meta(dy), meta(m_splits), dtype), [dy, m_splits], dy.device)
+    return db
+
+
+@_bias_grad_grouped.register_fake
+def _(dy, m_splits, dtype):
+    (db,) = empty_outputs(BIAS_GRAD_GROUPED.infer(meta(dy), meta(m_splits), dtype), dy.device)
     return db
 
 
@@ -111,3 +123,12 @@ def bias_grad(dy: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     name = dtype_name(dtype)
     BIAS_GRAD.validate(meta(dy), name)
     return torch.ops.twinengine.bias_grad(dy, name)
+
+
+def bias_grad_grouped(dy: torch.Tensor, m_splits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """db (G, K): row g = Σc over the rows of group g of dy (NUMERICS.md §11) — each expert's bias
+    gradient as its own Linear computes it. m_splits int32 (G,) on the CPU (read by the kernel)."""
+    _check_devices("bias_grad_grouped", dy=dy, m_splits=m_splits)
+    name = dtype_name(dtype)
+    BIAS_GRAD_GROUPED.validate(meta(dy), meta(m_splits), name)
+    return torch.ops.twinengine.bias_grad_grouped(dy, m_splits, name)

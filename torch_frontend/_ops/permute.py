@@ -9,18 +9,26 @@ import torch
 
 from ...ops.permute import (
     CHUNK_MAP,
+    PAD_MAP,
+    PAD_OFFSETS,
     PERMUTE,
     PERMUTE_BWD,
     ROW_ID_MAP,
+    SPLIT_PAD_MAP,
     UNPERMUTE,
     UNPERMUTE_BWD,
+    check_align_size,
     check_chunk_values,
+    check_pad_inputs,
+    check_split_values,
+    require_num_rows,
     check_quantized_input,
     check_routing_map,
     check_routing_values,
     check_sort_chunks_probs,
     quantized_row_fields,
     reject_quantized,
+    padded_rows,
     resolve_num_out_tokens,
     unpermute_num_tokens,
 )
@@ -28,6 +36,7 @@ from ...ops.quantize import ArrayMeta
 from ...quantized_tensor import ARRAY_FIELDS, QuantizedTensor
 from .._library import (check_tensor_device, empty_outputs, launch, meta, surface_errors, tensor_fallback,
                         tuple_fallback)
+from ..autocast import current_recipe
 
 Tensor = torch.Tensor
 
@@ -56,6 +65,39 @@ def _(split_sizes, sorted_index, num_tokens):
     return empty_outputs(CHUNK_MAP.plan(meta(split_sizes), meta(sorted_index), num_tokens), split_sizes.device)[0]
 
 
+@torch.library.custom_op("twinengine::moe_pad_offsets", mutates_args=())
+def _pad_offsets(counts: Tensor, align_size: int) -> list[Tensor]:
+    return launch(PAD_OFFSETS.plan(meta(counts), align_size), [counts], counts.device)
+
+
+@_pad_offsets.register_fake
+def _(counts, align_size):
+    return empty_outputs(PAD_OFFSETS.plan(meta(counts), align_size), counts.device)
+
+
+@torch.library.custom_op("twinengine::moe_pad_map", mutates_args=())
+def _pad_map(row_id_map: Tensor, pad_offsets: Tensor, num_tokens: int) -> Tensor:
+    call = PAD_MAP.plan(meta(row_id_map), meta(pad_offsets), num_tokens)
+    return launch(call, [row_id_map, pad_offsets], row_id_map.device)[0]
+
+
+@_pad_map.register_fake
+def _(row_id_map, pad_offsets, num_tokens):
+    return empty_outputs(PAD_MAP.plan(meta(row_id_map), meta(pad_offsets), num_tokens), row_id_map.device)[0]
+
+
+@torch.library.custom_op("twinengine::moe_split_pad_map", mutates_args=())
+def _split_pad_map(split_sizes: Tensor, pad_offsets: Tensor, num_rows: int, out_rows: int) -> Tensor:
+    call = SPLIT_PAD_MAP.plan(meta(split_sizes), meta(pad_offsets), num_rows, out_rows)
+    return launch(call, [split_sizes, pad_offsets], split_sizes.device)[0]
+
+
+@_split_pad_map.register_fake
+def _(split_sizes, pad_offsets, num_rows, out_rows):
+    call = SPLIT_PAD_MAP.plan(meta(split_sizes), meta(pad_offsets), num_rows, out_rows)
+    return empty_outputs(call, split_sizes.device)[0]
+
+
 @torch.library.custom_op("twinengine::moe_permute", mutates_args=())
 def _permute(inp: Tensor, row_id_map: Tensor, probs: Tensor | None, num_tokens: int, num_out_tokens: int,
              map_type: str, out_rows: int | None) -> list[Tensor]:
@@ -72,15 +114,17 @@ def _(inp, row_id_map, probs, num_tokens, num_out_tokens, map_type, out_rows):
 
 @torch.library.custom_op("twinengine::moe_permute_bwd", mutates_args=())
 def _permute_bwd(grad_out: Tensor, row_id_map: Tensor, grad_permuted_probs: Tensor | None, num_tokens: int,
-                 map_type: str) -> list[Tensor]:
-    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_permuted_probs), num_tokens, map_type)
+                 map_type: str, probs_slots: int | None = None) -> list[Tensor]:
+    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_permuted_probs), num_tokens, map_type,
+                            probs_slots)
     arrays = {"grad_out": grad_out, "row_id_map": row_id_map, "grad_permuted_probs": grad_permuted_probs}
     return launch(call, [arrays[name] for name in call.inputs], grad_out.device)
 
 
 @_permute_bwd.register_fake
-def _(grad_out, row_id_map, grad_permuted_probs, num_tokens, map_type):
-    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_permuted_probs), num_tokens, map_type)
+def _(grad_out, row_id_map, grad_permuted_probs, num_tokens, map_type, probs_slots=None):
+    call = PERMUTE_BWD.plan(meta(grad_out), meta(row_id_map), meta(grad_permuted_probs), num_tokens, map_type,
+                            probs_slots)
     return empty_outputs(call, grad_out.device)
 
 
@@ -88,13 +132,14 @@ def _permute_setup_context(ctx, inputs, output):
     _, row_id_map, probs, num_tokens, _, map_type, _ = inputs
     ctx.save_for_backward(row_id_map)
     ctx.num_tokens, ctx.map_type, ctx.with_probs = num_tokens, map_type, probs is not None
+    ctx.probs_slots = probs.shape[1] if probs is not None else None
 
 
 def _permute_backward(ctx, grads):
     (row_id_map,) = ctx.saved_tensors
     grad_pp = grads[1] if ctx.with_probs else None
     grad_inp, *grad_probs = torch.ops.twinengine.moe_permute_bwd(grads[0], row_id_map, grad_pp, ctx.num_tokens,
-                                                                 ctx.map_type)
+                                                                 ctx.map_type, ctx.probs_slots)
     return grad_inp, None, (grad_probs[0] if ctx.with_probs else None), None, None, None, None
 
 
@@ -250,7 +295,8 @@ def moe_permute_with_probs(inp: Tensor | QuantizedTensor, probs: Tensor, routing
 
 @surface_errors(tensor_fallback)
 def moe_unpermute(inp: Tensor, row_id_map: Tensor, merging_probs: Tensor | None = None,
-                  restore_shape: Sequence[int] | None = None, map_type: str = "mask") -> Tensor:
+                  restore_shape: Sequence[int] | None = None, map_type: str = "mask",
+                  pad_offsets: Tensor | None = None) -> Tensor:
     """Gathers permuted rows back to tokens and sums each token's copies (NUMERICS.md §10).
 
     Shapes: inp (num_out_tokens, H); row_id_map from moe_permute; merging_probs (T, E) mask
@@ -259,16 +305,24 @@ def moe_unpermute(inp: Tensor, row_id_map: Tensor, merging_probs: Tensor | None 
     Dtypes: inp and merging_probs float32 / bfloat16 / float16; output inp's dtype.
     Numerics: out[t] = Σ fl(inp[row] · p) over the token's kept rows, fp32 from +0 in
         ascending slot order, rounded once; dropped (−1) and out-of-range rows are skipped.
+        With ``pad_offsets`` (from moe_permute_and_pad_with_probs, mask map) inp holds the
+        padded blocks and the padding rows are ignored (their gradient is 0).
         Differentiable with respect to inp and merging_probs.
     Raises:
-        TypeError / ValueError: shared core checks (dtypes, shapes, restore_shape).
+        TypeError / ValueError: shared core checks (dtypes, shapes, restore_shape, pad_offsets).
     """
     op = "moe_unpermute"
     if isinstance(inp, QuantizedTensor):
         reject_quantized(op)
-    for name, t in (("inp", inp), ("row_id_map", row_id_map), ("merging_probs", merging_probs)):
+    for name, t in (("inp", inp), ("row_id_map", row_id_map), ("merging_probs", merging_probs),
+                    ("pad_offsets", pad_offsets)):
         check_tensor_device(op, name, t)
     num_tokens = unpermute_num_tokens(op, map_type, meta(inp), meta(row_id_map), meta(merging_probs), restore_shape)
+    if pad_offsets is not None:
+        check_pad_inputs(op, map_type, pad_offsets, row_id_map.shape[-1] // 2)
+        pad_offsets = pad_offsets.to(torch.int32)
+        PAD_MAP.validate(meta(row_id_map), meta(pad_offsets), num_tokens)
+        row_id_map = torch.ops.twinengine.moe_pad_map(row_id_map, pad_offsets, num_tokens)
     UNPERMUTE.validate(meta(inp), meta(row_id_map), meta(merging_probs), num_tokens, map_type)
     out = torch.ops.twinengine.moe_unpermute(inp, row_id_map, merging_probs, num_tokens, map_type)
     return out if restore_shape is None else out.reshape(tuple(restore_shape))
@@ -317,3 +371,110 @@ def moe_sort_chunks_by_index_with_probs(inp: Tensor | QuantizedTensor, probs: Te
     Dtypes: probs float32 / bfloat16 / float16, kept. Differentiable with respect to probs.
     """
     return _sort_chunks("moe_sort_chunks_by_index_with_probs", inp, probs, split_sizes, sorted_index)
+
+
+# ---- padding of expert blocks ------------------------------------------------------------------
+
+def _int32_splits(op: str, name: str, splits: Tensor | Sequence[int], device: torch.device) -> Tensor:
+    if not isinstance(splits, torch.Tensor):
+        splits = torch.tensor(list(splits), dtype=torch.int32, device=device)
+    check_tensor_device(op, name, splits)
+    return splits.to(torch.int32)
+
+
+def moe_permute_and_pad_with_probs(inp: Tensor | QuantizedTensor, probs: Tensor, routing_map: Tensor,
+                                   tokens_per_expert: Tensor, align_size: int, num_out_tokens: int = -1
+                                   ) -> tuple[Tensor | QuantizedTensor, Tensor, Tensor, Tensor, Tensor]:
+    """moe_permute_with_probs (mask map) whose expert blocks are each padded with zero rows to a
+    multiple of ``align_size``: returns (output, permuted_probs, row_id_map, pad_offsets,
+    target_tokens_per_expert).
+
+    Shapes: inp (T, H); probs (T, E); routing_map (T, E); tokens_per_expert (E,) (the routed
+        count of each expert, e.g. routing_map.sum(0)); output (R, H) and permuted_probs (R,)
+        with the static worst case R = (N + min(E, N)·(align − 1)) rounded down to a multiple of
+        align, N the routed pairs (num_out_tokens, or counted eagerly as moe_permute does);
+        row_id_map (T, 2E+1), unpadded as moe_permute's; pad_offsets and
+        target_tokens_per_expert int32 (E,).
+    Numerics: expert e's rows start at Σ_{j<e} target[j], target[e] = roundup(count_e, align)
+        (TE's); the rows past Σ target are padding too (R is static: no host sync, identical
+        eager and compiled, unlike TE's exact size), and target feeds GroupedLinear as m_splits.
+        Padding rows are zero (probs 0) and receive no gradient.
+    Raises:
+        TypeError / ValueError: as moe_permute_with_probs; align_size not a positive multiple of
+            the active autocast recipe's row alignment (16 FP8, 32 MXFP8 / NVFP4, 128 FP8 block);
+            tokens_per_expert not of shape (E,).
+    """
+    op = "moe_permute_and_pad_with_probs"
+    check_align_size(op, align_size, current_recipe())
+    routing_map = _routing_map(op, routing_map, "mask")
+    check_tensor_device(op, "probs", probs)
+    check_pad_inputs(op, "mask", tokens_per_expert, routing_map.shape[1])
+    counts = _int32_splits(op, "tokens_per_expert", tokens_per_expert, routing_map.device)
+    count_routed = None if torch.compiler.is_compiling() else (lambda: int(torch.count_nonzero(routing_map)))
+    num_routed = resolve_num_out_tokens(op, "mask", meta(routing_map), num_out_tokens, count_routed)
+    num_tokens, num_experts = routing_map.shape
+    rows = padded_rows(num_routed, num_experts, align_size)
+    ROW_ID_MAP.validate(meta(routing_map), num_routed, "mask")
+    PAD_OFFSETS.validate(meta(counts), align_size)
+    row_id_map = torch.ops.twinengine.moe_row_id_map(routing_map, num_routed, "mask")
+    pad_offsets, target = torch.ops.twinengine.moe_pad_offsets(counts, align_size)
+    padded_map = torch.ops.twinengine.moe_pad_map(row_id_map, pad_offsets, num_tokens)
+    out, permuted_probs = _permute_rows(inp, padded_map, probs, num_tokens, rows, "mask", op)
+    return out, permuted_probs, row_id_map, pad_offsets, target
+
+
+def moe_pad_splits(inp: Tensor | QuantizedTensor, m_splits: Tensor | Sequence[int],
+                   align_size: int) -> tuple[Tensor | QuantizedTensor, Tensor]:
+    """Pads each consecutive row block of ``inp`` (sizes ``m_splits``) with zero rows to a
+    multiple of ``align_size`` (TE's Fp8Padding): returns (padded, padded_m_splits).
+
+    Shapes: inp (M, H) (or a rowwise QuantizedTensor); m_splits (G,) int tensor or ints;
+        padded (R, H) with the static R = (M + min(G, M)·(align − 1)) rounded down to a
+        multiple of align; padded_m_splits int32 (G,) = roundup(m_splits, align), the rows past
+        their sum being padding too (as in moe_permute_and_pad_with_probs).
+    Numerics: bytes moved; padding rows zero; differentiable (padding rows get no gradient).
+    Raises:
+        TypeError / ValueError: align_size (as moe_permute_and_pad_with_probs), m_splits not 1-D;
+            eagerly on CPU also negative splits or Σ m_splits > M.
+    """
+    op = "moe_pad_splits"
+    check_align_size(op, align_size, current_recipe())
+    data = inp.rowwise_data if isinstance(inp, QuantizedTensor) else inp
+    counts = _int32_splits(op, "m_splits", m_splits, data.device)
+    num_rows = inp.shape[0]
+    rows = padded_rows(num_rows, counts.shape[0] if counts.dim() == 1 else 0, align_size)
+    PAD_OFFSETS.validate(meta(counts), align_size)
+    if _inspectable(counts):
+        check_split_values(op, counts.tolist(), num_rows)
+    pad_offsets, target = torch.ops.twinengine.moe_pad_offsets(counts, align_size)
+    SPLIT_PAD_MAP.validate(meta(counts), meta(pad_offsets), num_rows, rows)
+    row_id_map = torch.ops.twinengine.moe_split_pad_map(counts, pad_offsets, num_rows, rows)
+    out, _ = _permute_rows(inp, row_id_map, None, num_rows, rows, "index", op)
+    return out, target
+
+
+def moe_unpad_splits(inp: Tensor, m_splits: Tensor | Sequence[int], align_size: int, num_rows: int) -> Tensor:
+    """Inverse of moe_pad_splits (TE's Fp8Unpadding): the first m_splits[g] rows of each padded
+    block, concatenated.
+
+    Shapes: inp (R, H) as moe_pad_splits returned it; m_splits (G,) the unpadded sizes;
+        returns (num_rows, H), num_rows = Σ m_splits (static: the unpadded input's rows).
+    Numerics: bytes moved; differentiable (padding rows get a zero gradient).
+    Raises:
+        TypeError / ValueError: as moe_pad_splits, plus a high-precision inp.
+    """
+    op = "moe_unpad_splits"
+    if isinstance(inp, QuantizedTensor):
+        reject_quantized(op)
+    require_num_rows(op, num_rows)
+    check_align_size(op, align_size, current_recipe())
+    counts = _int32_splits(op, "m_splits", m_splits, inp.device)
+    rows = inp.shape[0]
+    PAD_OFFSETS.validate(meta(counts), align_size)
+    if _inspectable(counts):
+        check_split_values(op, counts.tolist(), num_rows)
+    pad_offsets, _ = torch.ops.twinengine.moe_pad_offsets(counts, align_size)
+    SPLIT_PAD_MAP.validate(meta(counts), meta(pad_offsets), num_rows, rows)
+    row_id_map = torch.ops.twinengine.moe_split_pad_map(counts, pad_offsets, num_rows, rows)
+    UNPERMUTE.validate(meta(inp), meta(row_id_map), None, num_rows, "index")
+    return torch.ops.twinengine.moe_unpermute(inp, row_id_map, None, num_rows, "index")

@@ -220,6 +220,9 @@ def _apply(ops, params, x, extra_inputs, recipe, calls, fuse) -> tuple:
     run = _Run(ops=tuple(ops), groups=groups, sources=sources, static=tuple(c[0] for c in calls),
                tensor_keys=tuple(tuple(c[1]) for c in calls), param_counts=tuple(len(p) for p in params),
                num_extra_inputs=len(extra_inputs))
+    # One tensor may feed several ops (m_splits of two GroupedLinears): autograd.Function.apply
+    # under Dynamo rejects a repeated input, so repeats enter as views (same values and gradient).
+    extra_inputs = [t.view_as(t) if any(t is u for u in extra_inputs[:i]) else t for i, t in enumerate(extra_inputs)]
     flat = [p for ps in params for p in ps] + [t for c in calls for t in c[1].values()] + list(extra_inputs)
     return _SequentialFunction.apply(run, x, *flat)
 

@@ -52,6 +52,16 @@ TweStatus twe_bias_scale(const TweTensorView* x, TweTensorView* y, const TweScal
  */
 TweStatus twe_bias_grad(const TweTensorView* dy, TweTensorView* dbias, void* stream);
 
+/*! \brief Bias gradient of each group of rows: dbias[g] = Σc over rows of group g (NUMERICS.md §11),
+ *         the groups being consecutive row blocks of sizes max(m_splits[g], 0) clipped to R.
+ *  \param[in]     dy        fp32/bf16/fp16 (R, K).
+ *  \param[in]     m_splits  int32 (G,), read on the host: CPU views only.
+ *  \param[in,out] dbias     (G, K) of any high-precision dtype.
+ *  \param[in]     stream    ignored (CPU only).
+ */
+TweStatus twe_bias_grad_grouped(const TweTensorView* dy, const TweTensorView* m_splits, TweTensorView* dbias,
+                                void* stream);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

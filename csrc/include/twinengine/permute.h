@@ -138,6 +138,41 @@ TweStatus twe_permute_unpermute_backward(const TweTensorView* grad_out, const Tw
                                          TweTensorView* grad_y, TweTensorView* grad_merging_probs,
                                          const TwePermuteParams* params, void* stream);
 
+/*! \brief Padding of per-expert row blocks to a multiple of `align_size` (fused permute-and-pad).
+ *  With c_e = max(counts[e], 0): padded_counts[e] = roundup(c_e, align_size) and
+ *  pad_offsets[e] = Σ_{j<e} (padded_counts[j] − c_j), the shift of expert e's rows.
+ *  \param[in]  counts         int32 (E,) rows per expert (E ≥ 1).
+ *  \param[out] pad_offsets    int32 (E,).
+ *  \param[out] padded_counts  int32 (E,).
+ *  \param[in]  align_size     block alignment ≥ 1.
+ *  \param[in]  stream         cudaStream_t for CUDA views.
+ */
+TweStatus twe_permute_pad_offsets(const TweTensorView* counts, TweTensorView* pad_offsets, TweTensorView* padded_counts,
+                                  int64_t align_size, void* stream);
+
+/*! \brief Shifts the rows of a mask-map row_id_map into padded expert blocks: every kept pair
+ *  (row, expert) becomes (row + pad_offsets[expert], expert); everything else is copied.
+ *  \param[in]  row_id_map   int32 (T, 2E+1) mask map.
+ *  \param[in]  pad_offsets  int32 (E,) from twe_permute_pad_offsets.
+ *  \param[out] out          int32 (T, 2E+1).
+ *  \param[in]  params       map_type = kTweMapMask, num_tokens, num_slots = E, num_out_tokens (unused).
+ *  \param[in]  stream       cudaStream_t for CUDA views.
+ */
+TweStatus twe_permute_pad_map(const TweTensorView* row_id_map, const TweTensorView* pad_offsets, TweTensorView* out,
+                              const TwePermuteParams* params, void* stream);
+
+/*! \brief Index map (topK = 1) padding consecutive row blocks: row r of block g (rows
+ *  [Σ_{g'<g} split[g'], …+split[g]), negative sizes count as 0) goes to r + pad_offsets[g]; rows
+ *  past the blocks, and rows sent to ≥ num_out_tokens, get −1.
+ *  \param[in]  split_sizes  int32 (G,).
+ *  \param[in]  pad_offsets  int32 (G,).
+ *  \param[out] row_id_map   int32 (T,).
+ *  \param[in]  params       map_type = kTweMapIndex, num_tokens = T, num_slots = 1, num_out_tokens = padded rows.
+ *  \param[in]  stream       cudaStream_t for CUDA views.
+ */
+TweStatus twe_permute_split_pad_map(const TweTensorView* split_sizes, const TweTensorView* pad_offsets,
+                                    TweTensorView* row_id_map, const TwePermuteParams* params, void* stream);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

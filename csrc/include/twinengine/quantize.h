@@ -200,6 +200,37 @@ typedef struct {
   TweAmaxAlgorithm algorithm;
 } TweDelayedScalingParams;
 
+/*! \brief Per-tensor current scaling of G consecutive row blocks, each on its own (§4): block g
+ *  (rows [Σ_{j<g} m_splits[j], …+m_splits[g]), negative sizes 0, clipped to R) gets exactly the
+ *  bytes twe_quantize_fp8_current gives that block alone. CPU only (the block sizes are read on
+ *  the host).
+ *  \param[in]     input     fp32/bf16/fp16 (R, K).
+ *  \param[in]     m_splits  int32 (G,).
+ *  \param[in,out] output    rowwise_data (R, K) FP8; rowwise_scale_inv fp32 (G,); columnwise_data
+ *                            (R·K,) FP8 holding each block's transposed copy (K, m_g) one after
+ *                            another; columnwise_scale_inv fp32 (G,); amax fp32 (G,).
+ *  \param[in]     params    format, amax_epsilon, force_pow2_scales.
+ *  \param[in]     stream    ignored (CPU).
+ */
+TweStatus twe_grouped_quantize_fp8_current(const TweTensorView* input, const TweTensorView* m_splits,
+                                           TweQuantizedTensor* output, const TweQuantizeParams* params, void* stream);
+
+/*! \brief MXFP8 (§5) of G consecutive row blocks, each on its own: block g (m_splits[g] rows, a
+ *  multiple of 32) gets exactly the bytes twe_quantize_mxfp8 gives that block alone. Data is
+ *  (R, K) for both copies; each block's scales sit in their own region: rowwise at scale row
+ *  Σ_{j<g} roundup(m_j, 128) (roundup(m_g, 128) rows of roundup(K/32, 4) codes), columnwise at
+ *  scale row Σ_{j<g} roundup(m_j/32, 4) (roundup(m_g/32, 4) rows of roundup(K, 128) codes). CPU only.
+ *  \param[in]     input     fp32/bf16/fp16 (R, K), K a multiple of 32.
+ *  \param[in]     m_splits  int32 (G,), each a multiple of 32, Σ ≤ R.
+ *  \param[in,out] output    rowwise_data, columnwise_data (R, K) FP8; rowwise_scale_inv uint8
+ *                            (≥ Σ roundup(m_g, 128), roundup(K/32, 4)); columnwise_scale_inv uint8
+ *                            (≥ Σ roundup(m_g/32, 4), roundup(K, 128)).
+ *  \param[in]     params    format.
+ *  \param[in]     stream    ignored (CPU).
+ */
+TweStatus twe_grouped_quantize_mxfp8(const TweTensorView* input, const TweTensorView* m_splits,
+                                     TweQuantizedTensor* output, const TweQuantizeParams* params, void* stream);
+
 /*! \brief Delayed-scaling update (§3), functional: reads the state, writes the next state.
  *  \param[in]  amax_history      fp32 (L, N): row 0 is the live amax of each of N slots.
  *  \param[in]  scale             fp32 (N,).

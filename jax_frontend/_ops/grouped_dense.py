@@ -1,0 +1,153 @@
+"""twinengine.jax.grouped_dense: G expert dense layers over consecutive row blocks of one input,
+one grouped kernel call per GEMM phase, ``group_sizes`` a traced array the kernels read (a new
+split does not recompile). The same kernels in the same order as
+twinengine.pytorch.GroupedLinear, so outputs and gradients are bit-identical to PyTorch's
+(kernels (G, K, N) here are the transposes of torch's weights (N, K))."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .bias import bias_grad_grouped
+from ...ops.gemm import (
+    GROUPED_GEMM,
+    GROUPED_GEMM_FP8,
+    GROUPED_GEMM_WGRAD,
+    GROUPED_GEMM_WGRAD_FP8,
+    check_grouped_weights,
+    check_m_splits,
+    grouped_quantizers,
+)
+from ...ops.permute import check_split_values
+from ...ops.quantize import GROUPED_QUANTIZE, ArrayMeta
+from .._library import dtype_name, ffi, meta
+from ..autocast import current_recipe
+
+
+def _grouped_gemm(a, b, m_splits, bias, b_columnwise: bool, out_dtype):
+    call = GROUPED_GEMM.plan(meta(a), meta(b), meta(m_splits), meta(bias), b_columnwise=b_columnwise,
+                             out_dtype=dtype_name(out_dtype))
+    arrays = {"a": a, "b": b, "m_splits": m_splits, "bias": bias}
+    return ffi(call, [arrays[name] for name in call.inputs])[0]
+
+
+def _grouped_wgrad(a, b, m_splits, a_row_sum: bool, out_dtype):
+    call = GROUPED_GEMM_WGRAD.plan(meta(a), meta(b), meta(m_splits), a_row_sum=a_row_sum,
+                                   out_dtype=dtype_name(out_dtype))
+    return ffi(call, [a, b, m_splits])[0]
+
+
+@jax.custom_vjp
+def _grouped(x, w, m_splits, bias):
+    return _grouped_fwd(x, w, m_splits, bias)[0]
+
+
+def _grouped_fwd(x, w, m_splits, bias):
+    y = _grouped_gemm(x, w, m_splits, bias, False, x.dtype)
+    return y, (x, w, m_splits, None if bias is None else jnp.zeros((0,), bias.dtype))
+
+
+def _grouped_bwd(res, dy):
+    x, w, m_splits, bias_tag = res
+    dx = _grouped_gemm(dy, w, m_splits, None, True, x.dtype)
+    dw = _grouped_wgrad(dy, x, m_splits, False, w.dtype)
+    db = None
+    if bias_tag is not None:
+        db = bias_grad_grouped(dy, m_splits, bias_tag.dtype)
+    return dx, dw, np.zeros(m_splits.shape, jax.dtypes.float0), db
+
+
+_grouped.defvjp(_grouped_fwd, _grouped_bwd)
+
+
+# ---- per-tensor FP8 (Float8CurrentScaling): each expert's blocks quantized on their own ----------
+
+def _grouped_quantize(x, m_splits, quantizer):
+    return ffi(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), quantizer), [x, m_splits])
+
+
+def _gemm_fp8(a, a_s, b, b_s, m_splits, bias, mode, b_k_major, out_dtype):
+    call = GROUPED_GEMM_FP8.plan(meta(a), meta(a_s), meta(b), meta(b_s), meta(m_splits), meta(bias), scaling_mode=mode,
+                                 b_k_major=b_k_major, out_dtype=dtype_name(out_dtype))
+    arrays = {"a": a, "a_scale_inv": a_s, "b": b, "b_scale_inv": b_s, "m_splits": m_splits, "bias": bias}
+    return ffi(call, [arrays[name] for name in call.inputs])[0]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _grouped_fp8(x, w, m_splits, bias, qs):
+    return _grouped_fp8_fwd(x, w, m_splits, bias, qs)[0]
+
+
+def _grouped_fp8_fwd(x, w, m_splits, bias, qs):
+    groups, n, k = w.shape
+    x_row, x_row_s, x_col, x_col_s = _grouped_quantize(x, m_splits, qs.input)[:4]
+    w_row, w_row_s, w_col, w_col_s = _grouped_quantize(w.reshape(groups * n, k), jnp.full((groups,), n, jnp.int32),
+                                                       qs.weight)[:4]
+    y = _gemm_fp8(x_row, x_row_s, w_row.reshape(groups, n, k), w_row_s, m_splits, bias, qs.input.scaling_mode, True,
+                  x.dtype)
+    tags = (jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype), None if bias is None else jnp.zeros((0,), bias.dtype))
+    return y, (x_col, x_col_s, w_col, w_col_s, m_splits, tags)
+
+
+def _grouped_fp8_bwd(qs, res, dy):
+    x_col, x_col_s, w_col, w_col_s, m_splits, (x_tag, w_tag, b_tag) = res
+    groups = m_splits.shape[0]
+    rows, n = dy.shape
+    k = w_col.size // (groups * n)
+    mode = qs.grad_output.scaling_mode
+    d_row, d_row_s, d_col, d_col_s = _grouped_quantize(dy, m_splits, qs.grad_output)[:4]
+    if mode == "mxfp8":  # columnwise copies keep the (rows, cols) layout
+        w_b, d_a, x_b = w_col.reshape(groups, n, k), d_col, x_col
+    else:  # per-tensor FP8: transposed copies, block after block
+        w_b, d_a, x_b = w_col.reshape(groups, k, n), d_col.reshape(n, rows), x_col.reshape(k, rows)
+    dx = _gemm_fp8(d_row, d_row_s, w_b, w_col_s, m_splits, None, mode, mode != "mxfp8", x_tag.dtype)
+    call = GROUPED_GEMM_WGRAD_FP8.plan(meta(d_a), meta(d_col_s), meta(x_b), meta(x_col_s), meta(m_splits),
+                                       scaling_mode=mode, out_dtype=dtype_name(w_tag.dtype))
+    dw = ffi(call, [d_a, d_col_s, x_b, x_col_s, m_splits])[0]
+    db = None
+    if b_tag is not None:
+        db = bias_grad_grouped(dy, m_splits, b_tag.dtype)
+    return dx, dw, np.zeros(m_splits.shape, jax.dtypes.float0), db
+
+
+_grouped_fp8.defvjp(_grouped_fp8_fwd, _grouped_fp8_bwd)
+
+
+def grouped_dense(x, kernels, group_sizes, bias=None):
+    """y[rows_g] = x[rows_g] · kernels[g] (+ bias[g]) for the G consecutive row blocks of
+    ``group_sizes``; jit-, grad-clean, one grouped kernel call per GEMM phase.
+
+    Shapes: x (..., K) (leading dimensions flattened to M rows); kernels (G, K, N); bias (G, N);
+        group_sizes (G,) int array (traced under jit: a new split reuses the compiled program);
+        y (..., N).
+    Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
+    Numerics: exactly ``twinengine.pytorch.grouped_linear`` with weights = kernelsᵀ (each group
+        the bytes of ``twinengine.jax.dense`` on its rows), in high precision and inside
+        ``autocast(Float8CurrentScaling | MXFP8BlockScaling)`` (per-expert quantization, CPU
+        only; MXFP8 needs every group size a multiple of 32).
+    Raises:
+        TypeError / ValueError: the shared core checks (as grouped_linear); for concrete CPU
+            group_sizes also Σ > rows or a negative size; TypeError inside an autocast region
+            with another recipe.
+    """
+    qs = grouped_quantizers(current_recipe())
+    kernels = jnp.asarray(kernels)
+    group_sizes = jnp.asarray(group_sizes)
+    num_gemms = group_sizes.shape[0] if group_sizes.ndim == 1 else -1
+    check_m_splits(ArrayMeta(tuple(group_sizes.shape), "int32"), num_gemms)
+    # One (N, K) weight per kernel (G, K, N), one (N,) bias per row of bias (G, N).
+    weights = [ArrayMeta((kernels.shape[-1], kernels.shape[-2]), dtype_name(kernels.dtype))] * kernels.shape[0]
+    biases = None if bias is None else [ArrayMeta(tuple(bias.shape[1:]), dtype_name(bias.dtype))] * bias.shape[0]
+    check_grouped_weights(num_gemms, weights, biases)
+    x2 = jnp.asarray(x).reshape(-1, x.shape[-1])
+    splits = group_sizes.astype(jnp.int32)
+    if not isinstance(splits, jax.core.Tracer) and all(d.platform == "cpu" for d in splits.devices()):
+        check_split_values("grouped_linear", np.asarray(splits).tolist(), x2.shape[0])
+    w = jnp.transpose(kernels, (0, 2, 1))
+    bias = None if bias is None else jnp.asarray(bias)
+    y = _grouped(x2, w, splits, bias) if qs is None else _grouped_fp8(x2, w, splits, bias, qs)
+    return y.reshape(*x.shape[:-1], w.shape[1])

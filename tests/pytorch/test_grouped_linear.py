@@ -1,0 +1,272 @@
+"""twinengine.pytorch.GroupedLinear / grouped_linear / ops.GroupedLinear: each expert's rows give
+exactly the bytes of a tep.Linear with that expert's parameters (forward, dgrad, wgrad, bias
+gradient), for random and degenerate splits; m_splits as a tensor under torch.compile without
+recompiles; bad inputs; opcheck of the grouped kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from helpers import NUMPY_DTYPES, assert_bytes_equal, from_torch, no_recompiles, to_torch
+
+import twinengine as te
+import twinengine.pytorch as tep
+from twinengine.pytorch import ops
+
+SPLITS = [[5, 0, 20, 3], [0, 0, 28, 0], [7, 7, 7, 7], [0, 0, 0, 0], [1, 13, 0, 14]]
+
+
+def _per_expert(x_np, w, b, dy_np, splits, dtype, recipe=None):
+    """(y, dx, dws, dbs) from one tep.Linear per expert on its own rows (empty experts: zeros)."""
+    ys, dxs, dws, dbs = [], [], [], []
+    off = 0
+    for g, size in enumerate(splits):
+        if size == 0:
+            ys.append(np.zeros((0, w.shape[1]), w.dtype))
+            dxs.append(np.zeros((0, w.shape[2]), w.dtype))
+            dws.append(np.zeros(w.shape[1:], w.dtype))
+            if b is not None:
+                dbs.append(np.zeros(b.shape[1:], b.dtype))
+            continue
+        lin = tep.Linear(w.shape[2], w.shape[1], bias=b is not None, params_dtype=dtype)
+        with torch.no_grad():
+            lin.weight.copy_(to_torch(w[g]))
+            if b is not None:
+                lin.bias.copy_(to_torch(b[g]))
+        xg = to_torch(x_np[off:off + size]).requires_grad_()
+        with tep.autocast(enabled=recipe is not None, recipe=recipe):
+            yg = lin(xg)
+        yg.backward(to_torch(dy_np[off:off + size]))
+        ys.append(from_torch(yg))
+        dxs.append(from_torch(xg.grad))
+        dws.append(from_torch(lin.weight.grad))
+        if b is not None:
+            dbs.append(from_torch(lin.bias.grad))
+        off += size
+    return np.concatenate(ys), np.concatenate(dxs), dws, dbs
+
+
+def _case(splits, dtype, bias, seed=0, K=48, N=24):
+    rng = np.random.default_rng(seed)
+    np_dtype = NUMPY_DTYPES[dtype]
+    M, G = sum(splits), len(splits)
+    x = rng.standard_normal((M, K)).astype(np.float32).astype(np_dtype)
+    w = (rng.standard_normal((G, N, K)) * 0.2).astype(np.float32).astype(np_dtype)
+    b = rng.standard_normal((G, N)).astype(np.float32).astype(np_dtype) if bias else None
+    dy = rng.standard_normal((M, N)).astype(np.float32).astype(np_dtype)
+    return x, w, b, dy
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("splits", SPLITS, ids=str)
+def test_grouped_linear_matches_per_expert_linear(splits, dtype, bias):
+    x_np, w, b, dy = _case(splits, dtype, bias)
+    layer = tep.GroupedLinear(len(splits), w.shape[2], w.shape[1], bias=bias, params_dtype=getattr(torch, dtype))
+    with torch.no_grad():
+        for g in range(len(splits)):
+            getattr(layer, f"weight{g}").copy_(to_torch(w[g]))
+            if bias:
+                getattr(layer, f"bias{g}").copy_(to_torch(b[g]))
+    x = to_torch(x_np).requires_grad_()
+    y = layer(x, torch.tensor(splits))
+    y.backward(to_torch(dy))
+    exp_y, exp_dx, exp_dw, exp_db = _per_expert(x_np, w, b, dy, splits, getattr(torch, dtype))
+    assert_bytes_equal(from_torch(y), exp_y.reshape(y.shape), "output")
+    assert_bytes_equal(from_torch(x.grad), exp_dx.reshape(x.shape), "dgrad")
+    for g in range(len(splits)):
+        assert_bytes_equal(from_torch(getattr(layer, f"weight{g}").grad), exp_dw[g], f"wgrad expert {g}")
+        if bias:
+            assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), exp_db[g], f"bias grad expert {g}")
+
+
+QUANTIZED = [("Float8CurrentScaling", [5, 3, 20, 4]), ("Float8CurrentScaling", [0, 0, 28, 0]),
+             ("Float8CurrentScaling", [1, 13, 0, 14]), ("MXFP8BlockScaling", [32, 0, 64, 32]),
+             ("MXFP8BlockScaling", [0, 0, 96, 0])]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("recipe_name, splits", QUANTIZED, ids=str)
+def test_grouped_linear_quantized_matches_per_expert_linear(recipe_name, splits, dtype):
+    recipe = getattr(te.recipe, recipe_name)()
+    x_np, w, b, dy = _case(splits, dtype, True, seed=7, K=64, N=32)
+    torch_dtype = getattr(torch, dtype)
+    layer = tep.GroupedLinear(len(splits), w.shape[2], w.shape[1], params_dtype=torch_dtype)
+    with torch.no_grad():
+        for g in range(len(splits)):
+            getattr(layer, f"weight{g}").copy_(to_torch(w[g]))
+            getattr(layer, f"bias{g}").copy_(to_torch(b[g]))
+    x = to_torch(x_np).requires_grad_()
+    with tep.autocast(recipe=recipe):
+        y = layer(x, torch.tensor(splits))
+    y.backward(to_torch(dy))
+    exp_y, exp_dx, exp_dw, exp_db = _per_expert(x_np, w, b, dy, splits, torch_dtype, recipe)
+    assert_bytes_equal(from_torch(y), exp_y, "output")
+    assert_bytes_equal(from_torch(x.grad), exp_dx, "dgrad")
+    for g in range(len(splits)):
+        assert_bytes_equal(from_torch(getattr(layer, f"weight{g}").grad), exp_dw[g], f"wgrad expert {g}")
+        assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), exp_db[g], f"bias grad expert {g}")
+
+
+def _fp8_step(layer, x, splits):
+    with tep.autocast(recipe=te.recipe.Float8CurrentScaling()):
+        return layer(x, splits)
+
+
+def test_grouped_linear_fp8_compiled_matches_eager_without_recompiles():
+    torch.manual_seed(0)
+    layer = tep.GroupedLinear(3, 32, 16)
+    compiled = torch.compile(_fp8_step, fullgraph=True)
+    x_np = np.random.default_rng(5).standard_normal((24, 32)).astype(np.float32)
+    for i, splits in enumerate(([8, 8, 8], [0, 24, 0], [3, 0, 21])):
+        outs = []
+        for fn in (_fp8_step, compiled):
+            layer.zero_grad()
+            x = to_torch(x_np).requires_grad_()
+            if fn is compiled and i > 0:
+                with no_recompiles():
+                    y = fn(layer, x, torch.tensor(splits, dtype=torch.int32))
+                    y.sum().backward()
+            else:
+                y = fn(layer, x, torch.tensor(splits, dtype=torch.int32))
+                y.sum().backward()
+            outs.append([from_torch(y), from_torch(x.grad)] + [from_torch(p.grad) for p in layer.parameters()])
+        for j, (eager, comp) in enumerate(zip(*outs)):
+            assert_bytes_equal(comp, eager, f"splits {splits} result {j}")
+
+
+def test_grouped_linear_matches_float64_math():
+    splits = [9, 0, 30, 25]
+    x_np, w, b, dy = _case(splits, "float32", True, seed=4)
+    x = to_torch(x_np)
+    y = tep.grouped_linear(x, [to_torch(wg) for wg in w], splits, [to_torch(bg) for bg in b])
+    offs = np.cumsum([0] + splits)
+    exact = np.concatenate([x_np[offs[g]:offs[g + 1]].astype(np.float64) @ w[g].T.astype(np.float64) + b[g]
+                            for g in range(len(splits))])
+    np.testing.assert_allclose(from_torch(y), exact, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_linear_compiled_matches_eager_without_recompiles():
+    torch.manual_seed(0)
+    layer = tep.GroupedLinear(4, 32, 16)
+    compiled = torch.compile(layer, fullgraph=True, dynamic=False)
+    x_np = np.random.default_rng(1).standard_normal((40, 32)).astype(np.float32)
+    for i, splits in enumerate(([10, 10, 10, 10], [0, 40, 0, 0], [3, 0, 30, 7])):
+        outs = []
+        for fn in (layer, compiled):
+            layer.zero_grad()
+            x = to_torch(x_np).requires_grad_()
+            if fn is compiled and i > 0:
+                with no_recompiles():
+                    y = fn(x, torch.tensor(splits, dtype=torch.int32))
+                    y.sum().backward()
+            else:
+                y = fn(x, torch.tensor(splits, dtype=torch.int32))
+                y.sum().backward()
+            outs.append([from_torch(y), from_torch(x.grad)] + [from_torch(p.grad) for p in layer.parameters()])
+        for j, (eager, comp) in enumerate(zip(*outs)):
+            assert_bytes_equal(comp, eager, f"splits {splits} result {j}")
+
+
+def test_grouped_linear_basic_op_in_sequential_matches_module():
+    torch.manual_seed(0)
+    fc1, fc2 = ops.GroupedLinear(3, 16, 32), ops.GroupedLinear(3, 32, 16, bias=False)
+    seq = ops.Sequential(fc1, ops.ReLU(), fc2)
+    m1, m2 = tep.GroupedLinear(3, 16, 32), tep.GroupedLinear(3, 32, 16, bias=False)
+    m1.load_state_dict(fc1.state_dict())
+    m2.load_state_dict(fc2.state_dict())
+    x_np = np.random.default_rng(2).standard_normal((21, 16)).astype(np.float32)
+    splits = torch.tensor([4, 0, 17])
+    compiled = torch.compile(lambda x, s: seq(x, s, s), fullgraph=True)
+    outs = []
+    for fn in (lambda x, s: seq(x, s, s), compiled, lambda x, s: m2(torch.relu(m1(x, s)), s)):
+        for p in (*seq.parameters(), *m1.parameters(), *m2.parameters()):
+            p.grad = None
+        x = to_torch(x_np).requires_grad_()
+        y = fn(x, splits)
+        y.sum().backward()
+        params = (*m1.parameters(), *m2.parameters()) if len(outs) == 2 else (*fc1.parameters(), *fc2.parameters())
+        outs.append([from_torch(y), from_torch(x.grad)] + [from_torch(p.grad) for p in params])
+    for name, other in (("compiled Sequential", outs[1]), ("modules", outs[2])):
+        for j, (a, b) in enumerate(zip(other, outs[0])):
+            assert_bytes_equal(a, b, f"{name} result {j}")
+
+
+def test_grouped_linear_rows_past_the_splits_are_padding():
+    x_np, w, b, dy = _case([5, 0, 20, 3], "float32", True, seed=3)
+    x = to_torch(x_np).requires_grad_()
+    weights = [to_torch(wg).requires_grad_() for wg in w]
+    y = tep.grouped_linear(x, weights, torch.tensor([5, 0, 12, 3]), [to_torch(bg) for bg in b])
+    y.backward(to_torch(dy))
+    full = tep.grouped_linear(to_torch(x_np[:20]), [to_torch(wg) for wg in w], torch.tensor([5, 0, 12, 3]),
+                              [to_torch(bg) for bg in b])
+    assert_bytes_equal(from_torch(y[:20]), from_torch(full), "rows in the splits")
+    assert not from_torch(y[20:]).any() and not from_torch(x.grad[20:]).any(), "padding rows"
+
+
+def test_grouped_linear_basic_op_fp8_matches_module():
+    torch.manual_seed(1)
+    op = ops.GroupedLinear(3, 32, 16)
+    module = tep.GroupedLinear(3, 32, 16)
+    module.load_state_dict(op.state_dict())
+    x_np = np.random.default_rng(3).standard_normal((40, 32)).astype(np.float32)
+    splits = torch.tensor([8, 0, 32])
+    outs = []
+    for layer in (ops.Sequential(op), module):
+        x = to_torch(x_np).requires_grad_()
+        with tep.autocast(recipe=te.recipe.Float8CurrentScaling()):
+            y = layer(x, splits)
+        y.sum().backward()
+        outs.append([from_torch(y), from_torch(x.grad)] + [from_torch(p.grad) for p in layer.parameters()])
+    for j, (a, b) in enumerate(zip(*outs)):
+        assert_bytes_equal(a, b, f"result {j}")
+
+
+def test_grouped_linear_state_dict_uses_te_names():
+    layer = tep.GroupedLinear(3, 8, 4)
+    assert sorted(layer.state_dict()) == sorted([f"weight{g}" for g in range(3)] + [f"bias{g}" for g in range(3)])
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([4, 3])), ValueError,
+     "m_splits must sum to at most the 6 rows of the input \\(rows past the sum are padding\\), got sum 7"),
+    (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([8, -2])), ValueError,
+     "m_splits must be >= 0"),
+    (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 3, torch.tensor([3, 3])), ValueError,
+     "expected 2 weights \\(one per GEMM\\), got 3"),
+    (lambda: tep.GroupedLinear(3, 4, 2)(torch.ones(6, 4), torch.tensor([3, 3])), ValueError,
+     "m_splits must have 3 entries"),
+    (lambda: tep.grouped_linear(torch.ones(6, 5), [torch.ones(2, 4)] * 2, torch.tensor([3, 3])), ValueError,
+     "x has 5 features"),
+])
+def test_grouped_linear_rejects_bad_arguments(call, error, match):
+    with pytest.raises(error, match=f"twinengine.grouped_linear: {match}"):
+        call()
+
+
+def test_grouped_linear_under_an_unsupported_recipe_raises():
+    with tep.autocast(recipe=te.recipe.Float8BlockScaling()):
+        with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
+                                            "Float8CurrentScaling or MXFP8BlockScaling"):
+            tep.GroupedLinear(2, 128, 128)(torch.ones(256, 128), torch.tensor([128, 128]))
+
+
+def test_grouped_linear_mxfp8_needs_aligned_splits():
+    with tep.autocast(recipe=te.recipe.MXFP8BlockScaling()):
+        with pytest.raises(ValueError, match="multiple of 32 \\(pad the blocks: align_size=32\\), got 16"):
+            tep.GroupedLinear(2, 32, 32)(torch.ones(64, 32), torch.tensor([16, 48]))
+
+
+def test_grouped_kernels_pass_opcheck():
+    x, w, b = torch.randn(9, 8), torch.randn(3, 5, 8), torch.randn(3, 5)
+    splits = torch.tensor([4, 0, 5], dtype=torch.int32)
+    dy = torch.randn(9, 5)
+    for op, args in ((torch.ops.twinengine.grouped_gemm, (x, w, splits, b, False, "float32")),
+                     (torch.ops.twinengine.grouped_gemm, (dy, w, splits, None, True, "float32")),
+                     (torch.ops.twinengine.grouped_gemm_wgrad, (dy, x, splits, False, "float32")),
+                     (torch.ops.twinengine.grouped_gemm_wgrad, (torch.ones(1, 9), dy, splits, True, "float32")),
+                     (torch.ops.twinengine.grouped_linear, (x.clone().requires_grad_(), w.clone().requires_grad_(),
+                                                            splits, b.clone().requires_grad_())),
+                     (torch.ops.twinengine.grouped_quantize, (x, splits, te.Float8CurrentScalingQuantizer()))):
+        torch.library.opcheck(op, args)

@@ -1,0 +1,250 @@
+"""torch.ops.twinengine.grouped_gemm / grouped_gemm_wgrad / grouped_linear: the G expert GEMMs
+of a GroupedLinear in one kernel call per GEMM phase, with ``m_splits`` a tensor the kernel
+reads (no host sync, no graph break, no recompile when the split changes). Shapes, checks and
+errors come from core/ops/gemm.py."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .bias import bias_grad_grouped
+from ...ops.gemm import (
+    GROUPED_GEMM,
+    GROUPED_GEMM_FP8,
+    GROUPED_GEMM_WGRAD,
+    GROUPED_GEMM_WGRAD_FP8,
+    check_grouped_weights,
+    check_m_splits,
+    grouped_quantizers,
+)
+from ...ops.quantize import GROUPED_QUANTIZE
+from ...quantizers import Quantizer
+from ...ops.permute import check_split_values
+from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
+from ..autocast import current_recipe
+
+Tensor = torch.Tensor
+_OP = "grouped_linear"
+
+
+@torch.library.custom_op("twinengine::grouped_gemm", mutates_args=())
+def _grouped_gemm(a: Tensor, b: Tensor, m_splits: Tensor, bias: Tensor | None, b_columnwise: bool,
+                  out_dtype: str) -> Tensor:
+    call = GROUPED_GEMM.plan(meta(a), meta(b), meta(m_splits), meta(bias), b_columnwise=b_columnwise,
+                             out_dtype=out_dtype)
+    arrays = {"a": a, "b": b, "m_splits": m_splits, "bias": bias}
+    return launch(call, [arrays[name] for name in call.inputs], a.device)[0]
+
+
+@_grouped_gemm.register_fake
+def _(a, b, m_splits, bias, b_columnwise, out_dtype):
+    call = GROUPED_GEMM.plan(meta(a), meta(b), meta(m_splits), meta(bias), b_columnwise=b_columnwise,
+                             out_dtype=out_dtype)
+    return empty_outputs(call, a.device)[0]
+
+
+@torch.library.custom_op("twinengine::grouped_gemm_wgrad", mutates_args=())
+def _grouped_gemm_wgrad(a: Tensor, b: Tensor, m_splits: Tensor, a_row_sum: bool, out_dtype: str) -> Tensor:
+    call = GROUPED_GEMM_WGRAD.plan(meta(a), meta(b), meta(m_splits), a_row_sum=a_row_sum, out_dtype=out_dtype)
+    return launch(call, [a, b, m_splits], a.device)[0]
+
+
+@_grouped_gemm_wgrad.register_fake
+def _(a, b, m_splits, a_row_sum, out_dtype):
+    call = GROUPED_GEMM_WGRAD.plan(meta(a), meta(b), meta(m_splits), a_row_sum=a_row_sum, out_dtype=out_dtype)
+    return empty_outputs(call, a.device)[0]
+
+
+def grouped_fprop(x: Tensor, weight: Tensor, m_splits: Tensor, bias: Tensor | None) -> Tensor:
+    """out[rows_g] = x[rows_g] · weight[g]ᵀ (+ bias[g]): x (M, K), weight (G, N, K), bias (G, N)."""
+    return torch.ops.twinengine.grouped_gemm(x, weight, m_splits, bias, False, dtype_name(x.dtype))
+
+
+def grouped_backward(dy: Tensor, x: Tensor, weight: Tensor, m_splits: Tensor, bias_dtype: torch.dtype | None
+                     ) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(dx (M, K), dweight (G, N, K), dbias (G, N) or None), each group exactly tep.Linear's
+    backward on its rows (dgrad, wgrad, bias gradient Σc over the group's rows)."""
+    dx = torch.ops.twinengine.grouped_gemm(dy, weight, m_splits, None, True, dtype_name(x.dtype))
+    dw = torch.ops.twinengine.grouped_gemm_wgrad(dy, x, m_splits, False, dtype_name(weight.dtype))
+    db = None
+    if bias_dtype is not None:
+        db = bias_grad_grouped(dy, m_splits, bias_dtype)
+    return dx, dw, db
+
+
+def _grouped_linear_body(x: Tensor, weight: Tensor, m_splits: Tensor, bias: Tensor | None) -> Tensor:
+    return grouped_fprop(x, weight, m_splits, bias)
+
+
+_grouped_linear = torch.library.custom_op("twinengine::grouped_linear", mutates_args=())(_grouped_linear_body)
+_grouped_linear.register_fake(_grouped_linear_body)
+
+
+def _setup(ctx, inputs, output):
+    x, weight, m_splits, bias = inputs
+    ctx.save_for_backward(x, weight, m_splits)
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _backward(ctx, dy):
+    x, weight, m_splits = ctx.saved_tensors
+    dx, dw, db = grouped_backward(dy, x, weight, m_splits, ctx.bias_dtype)
+    return dx, dw, None, db
+
+
+_grouped_linear.register_autograd(_backward, setup_context=_setup)
+
+
+# ---- per-tensor FP8 (Float8CurrentScaling): each expert's blocks quantized on their own -----------
+
+@torch.library.custom_op("twinengine::grouped_quantize", mutates_args=())
+def _grouped_quantize(x: Tensor, m_splits: Tensor, quantizer: Quantizer) -> list[Tensor]:
+    return launch(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), quantizer), [x, m_splits], x.device)
+
+
+@_grouped_quantize.register_fake
+def _(x, m_splits, quantizer):
+    return empty_outputs(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), quantizer), x.device)
+
+
+@torch.library.custom_op("twinengine::grouped_gemm_fp8", mutates_args=())
+def _grouped_gemm_fp8(a: Tensor, a_scale_inv: Tensor, b: Tensor, b_scale_inv: Tensor, m_splits: Tensor,
+                      bias: Tensor | None, scaling_mode: str, b_k_major: bool, out_dtype: str) -> Tensor:
+    args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias))
+    call = GROUPED_GEMM_FP8.plan(*args, scaling_mode=scaling_mode, b_k_major=b_k_major, out_dtype=out_dtype)
+    arrays = {"a": a, "a_scale_inv": a_scale_inv, "b": b, "b_scale_inv": b_scale_inv, "m_splits": m_splits,
+              "bias": bias}
+    return launch(call, [arrays[name] for name in call.inputs], a.device)[0]
+
+
+@_grouped_gemm_fp8.register_fake
+def _(a, a_scale_inv, b, b_scale_inv, m_splits, bias, scaling_mode, b_k_major, out_dtype):
+    args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias))
+    call = GROUPED_GEMM_FP8.plan(*args, scaling_mode=scaling_mode, b_k_major=b_k_major, out_dtype=out_dtype)
+    return empty_outputs(call, a.device)[0]
+
+
+@torch.library.custom_op("twinengine::grouped_gemm_wgrad_fp8", mutates_args=())
+def _grouped_gemm_wgrad_fp8(a: Tensor, a_scale_inv: Tensor, b: Tensor, b_scale_inv: Tensor, m_splits: Tensor,
+                            scaling_mode: str, out_dtype: str) -> Tensor:
+    call = GROUPED_GEMM_WGRAD_FP8.plan(meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits),
+                                       scaling_mode=scaling_mode, out_dtype=out_dtype)
+    return launch(call, [a, a_scale_inv, b, b_scale_inv, m_splits], a.device)[0]
+
+
+@_grouped_gemm_wgrad_fp8.register_fake
+def _(a, a_scale_inv, b, b_scale_inv, m_splits, scaling_mode, out_dtype):
+    call = GROUPED_GEMM_WGRAD_FP8.plan(meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits),
+                                       scaling_mode=scaling_mode, out_dtype=out_dtype)
+    return empty_outputs(call, a.device)[0]
+
+
+def _grouped_linear_fp8_body(x: Tensor, weight: Tensor, m_splits: Tensor, bias: Tensor | None, q_input: Quantizer,
+                             q_weight: Quantizer, q_grad: Quantizer) -> list[Tensor]:
+    """[y, x columnwise data, its scales, weight columnwise data, its scales] (the copies the
+    backward needs are outputs, so the context saves them)."""
+    groups, n, k = weight.shape
+    x_row, x_row_s, x_col, x_col_s = torch.ops.twinengine.grouped_quantize(x, m_splits, q_input)[:4]
+    w_splits = torch.full((groups,), n, dtype=torch.int32, device=x.device)
+    w_row, w_row_s, w_col, w_col_s = torch.ops.twinengine.grouped_quantize(weight.reshape(groups * n, k), w_splits,
+                                                                           q_weight)[:4]
+    y = torch.ops.twinengine.grouped_gemm_fp8(x_row, x_row_s, w_row.view(groups, n, k), w_row_s, m_splits, bias,
+                                              q_input.scaling_mode, True, dtype_name(x.dtype))
+    return [y, x_col, x_col_s, w_col, w_col_s]
+
+
+_grouped_linear_fp8 = torch.library.custom_op("twinengine::grouped_linear_fp8", mutates_args=())(
+    _grouped_linear_fp8_body)
+_grouped_linear_fp8.register_fake(_grouped_linear_fp8_body)
+
+
+def _fp8_setup(ctx, inputs, output):
+    x, weight, m_splits, bias, _, _, q_grad = inputs
+    _, x_col, x_col_s, w_col, w_col_s = output
+    ctx.save_for_backward(x_col, x_col_s, w_col, w_col_s, m_splits)
+    ctx.q_grad, ctx.shape = q_grad, tuple(weight.shape)
+    ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+
+
+def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtypes: tuple
+                 ) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(dx, dweight (G, N, K), dbias or None) of the Float8CurrentScaling path from the saved
+    (x columnwise data, its scales, weight columnwise data, its scales, m_splits)."""
+    x_col, x_col_s, w_col, w_col_s, m_splits = saved
+    groups, n, k = shape
+    x_dtype, w_dtype, b_dtype = dtypes
+    rows = dy.shape[0]
+    mode = q_grad.scaling_mode
+    d_row, d_row_s, d_col, d_col_s = torch.ops.twinengine.grouped_quantize(dy, m_splits, q_grad)[:4]
+    if mode == "mxfp8":  # columnwise copies keep the (rows, cols) layout
+        w_b, d_a, x_b = w_col.view(groups, n, k), d_col, x_col
+    else:  # per-tensor FP8: transposed copies, block after block
+        w_b, d_a, x_b = w_col.view(groups, k, n), d_col.view(n, rows), x_col.view(k, rows)
+    dx = torch.ops.twinengine.grouped_gemm_fp8(d_row, d_row_s, w_b, w_col_s, m_splits, None, mode, mode != "mxfp8",
+                                               dtype_name(x_dtype))
+    dw = torch.ops.twinengine.grouped_gemm_wgrad_fp8(d_a, d_col_s, x_b, x_col_s, m_splits, mode, dtype_name(w_dtype))
+    db = None
+    if b_dtype is not None:
+        db = bias_grad_grouped(dy, m_splits, b_dtype)
+    return dx, dw, db
+
+
+def _fp8_backward(ctx, grads):
+    dx, dw, db = fp8_backward(grads[0], ctx.saved_tensors, ctx.q_grad, ctx.shape, ctx.dtypes)
+    return dx, dw, None, db, None, None, None
+
+
+_grouped_linear_fp8.register_autograd(_fp8_backward, setup_context=_fp8_setup)
+
+
+def prepare_m_splits(op: str, m_splits: Tensor | Sequence[int], num_gemms: int, num_rows: int,
+                     device: torch.device) -> Tensor:
+    """m_splits as an int32 tensor on `device` (a list of ints becomes one), checked by core;
+    values checked eagerly on the CPU (Σ = rows, no negative split)."""
+    if not isinstance(m_splits, torch.Tensor):
+        m_splits = torch.tensor(list(m_splits), dtype=torch.int32, device=device)
+    check_tensor_device(op, "m_splits", m_splits)
+    m_splits = m_splits.to(torch.int32)
+    check_m_splits(meta(m_splits), num_gemms)
+    if not torch.compiler.is_compiling() and m_splits.device.type == "cpu":
+        check_split_values(op, m_splits.tolist(), num_rows)
+    return m_splits
+
+
+def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequence[int],
+                   biases: Sequence[Tensor] | None = None) -> Tensor:
+    """y[rows_g] = x[rows_g] · weights[g]ᵀ (+ biases[g]) for the G consecutive row blocks of
+    ``m_splits`` (TE's GroupedLinear), one grouped kernel per GEMM phase.
+
+    Shapes: x (..., K), its leading dimensions flattened to M rows; weights G × (N, K);
+        biases G × (N,); m_splits (G,) (a tensor — read by the kernels, so a new split neither
+        syncs nor recompiles — or a list of ints); rows past Σ m_splits are padding (output 0,
+        gradient 0), as the static buffers of moe_permute_and_pad_with_probs end; y (..., N).
+    Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
+    Numerics: each group's rows give exactly the bytes of ``twinengine.pytorch.linear`` on
+        those rows with that group's weight (output, dx, dweight, dbias); empty groups give
+        zero weight gradients. Inside ``autocast(Float8CurrentScaling | MXFP8BlockScaling)``
+        each expert's input rows, weight and gradient rows are quantized on their own
+        (per-tensor scales per expert, MXFP8 blocks per expert; CPU only; MXFP8 needs every
+        split a multiple of 32), again exactly the per-expert Linear's bytes.
+    Raises:
+        TypeError / ValueError: from core — wrong number of weights/biases, m_splits not a 1-D
+            int tensor of G entries, shapes; eagerly on CPU also Σ m_splits > rows or a negative
+            split; TypeError inside an autocast region with another recipe.
+    """
+    qs = grouped_quantizers(current_recipe())
+    num_gemms = len(m_splits) if not isinstance(m_splits, torch.Tensor) else m_splits.shape[0]
+    check_grouped_weights(num_gemms, weights, biases)
+    for name, t in (("x", x), ("weight0", weights[0])):
+        check_tensor_device(_OP, name, t)
+    x2 = x.reshape(-1, x.shape[-1])
+    splits = prepare_m_splits(_OP, m_splits, num_gemms, x2.shape[0], x.device)
+    weight = torch.stack(list(weights))
+    bias = None if biases is None else torch.stack(list(biases))
+    if qs is None:
+        y = torch.ops.twinengine.grouped_linear(x2, weight, splits, bias)
+    else:
+        y = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, qs.input, qs.weight, qs.grad_output)[0]
+    return y.reshape(*x.shape[:-1], weight.shape[1])
