@@ -100,8 +100,8 @@ class Linear(torch.nn.Module):
     # no autocast region is active and the state has moved on. A forward that checkpointing may
     # recompute (grad disabled: the reentrant first pass; saved-tensor hooks active: the
     # non-reentrant one) records what it used — the recipe, the forward scales, the rng value —
-    # with a hash of the input's bytes (oldest first: a recompute takes the first record its input
-    # matches); the recompute replays exactly that call without touching the
+    # with a hash of the input's bytes (a recompute takes the newest record its input matches);
+    # the recompute replays exactly that call without touching the
     # buffers (the grad slot is updated once, by the one backward that runs). Compiled code
     # needs none of this: AOTAutograd recomputes inside the graph from the same values.
 
@@ -119,7 +119,8 @@ class Linear(torch.nn.Module):
     def _recompute(self, x: torch.Tensor) -> torch.Tensor:
         records = self.__dict__.get("_checkpoint_records", [])
         meta, digest = _input_meta(x), torch.hash_tensor(x.detach())
-        for i, record in enumerate(records):
+        for i in range(len(records) - 1, -1, -1):  # newest first: an older no-grad (evaluation) forward of the
+            record = records[i]                    # same input must not shadow the checkpointed call
             if record[0] == meta and torch.equal(record[1], digest):
                 _, _, recipe, fwd_scale, rng = records.pop(i)
                 break
