@@ -27,6 +27,9 @@ class Linear(torch.nn.Module):
         offset by one per forward, the same deterministic sequence ``twinengine.jax.dense``
         reproduces with ``rng=[seed, offset]``; other recipes (and high precision) neither
         read nor advance it, so their forward mutates no buffer (torch.func-friendly).
+    Checkpointing: under ``torch.utils.checkpoint`` (either mode, ``autocast`` inside or
+        outside) the recomputed forward replays the original call — recipe, scales, rng — and
+        updates no buffer, so outputs, gradients and buffers equal the run without it.
     Weight: ``weight`` may be replaced by a twinengine QuantizedTensor holding both copies
         (``del layer.weight; layer.weight = qt``): it is then used as is, without a gradient.
     """
@@ -101,9 +104,10 @@ class Linear(torch.nn.Module):
     # recompute (grad disabled: the reentrant first pass; saved-tensor hooks active: the
     # non-reentrant one) records what it used — the recipe, the forward scales, the rng value —
     # with a hash of the input's bytes (a recompute takes the newest record its input matches);
-    # the recompute replays exactly that call without touching the
-    # buffers (the grad slot is updated once, by the one backward that runs). Compiled code
-    # needs none of this: AOTAutograd recomputes inside the graph from the same values.
+    # the recompute replays exactly that call without touching the buffers (the grad slot is
+    # updated once, by the one backward that runs). Compiled checkpoint regions: stateless
+    # recipes recompute inside the graph from the same values; stateful ones graph-break to
+    # this eager path (see _mark_stateful_compiled_forward).
 
     def _record(self, x: torch.Tensor) -> None:
         recipe = current_recipe()
