@@ -113,7 +113,7 @@ def check_delayed_state(history_len: int | None, quantizers: LinearQuantizers) -
              "twinengine.jax.dense takes state=twinengine.jax.delayed_scaling_state(...)")
     if history_len != quantizers.amax_history_len:
         fail(_OP, ValueError, f"DelayedScaling(amax_history_len={quantizers.amax_history_len}) does not match the "
-             f"layer's delayed-scaling state of length {history_len}; create the layer (or its state) with "
+             f"layer's delayed-scaling state of length {int(history_len)}; create the layer (or its state) with "
              f"amax_history_len={quantizers.amax_history_len}")
 
 
