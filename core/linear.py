@@ -8,7 +8,7 @@ import dataclasses
 
 from .ops.opdef import dims, fail
 from .quantizers import Quantizer
-from .recipe import DelayedScaling, NVFP4BlockScaling, Recipe
+from .recipe import DelayedScaling, NVFP4BlockScaling, Recipe, int_field
 
 _OP = "linear"
 
@@ -94,8 +94,9 @@ def linear_quantizers(recipe: Recipe, input_dtype: str | None = None) -> LinearQ
              "pairs two of them, so they must share one family")
     if not delayed:
         return LinearQuantizers(**roles)
-    return LinearQuantizers(**roles, delayed=True, margin=recipe.margin, amax_compute_algo=recipe.amax_compute_algo,
-                            amax_history_len=recipe.amax_history_len)
+    return LinearQuantizers(**roles, delayed=True, margin=int_field(recipe, "margin"),
+                            amax_compute_algo=recipe.amax_compute_algo,
+                            amax_history_len=int_field(recipe, "amax_history_len"))
 
 
 def check_autocast_recipe(enabled: bool, recipe: object) -> None:

@@ -16,7 +16,8 @@ from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from ..autocast import current_recipe
-from .._library import dtype_name, surface_errors, tensor_fallback
+from ...ops.quantize import QUANTIZE, ArrayMeta
+from .._library import dtype_name, meta, surface_errors, tensor_fallback
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
 
@@ -209,6 +210,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
         check_delayed_state(None if delayed_state is None else delayed_state[0].shape[0], qs)
         fwd_history, fwd_scale, bwd_history, bwd_scale = delayed_state
     weight_q = weight.quantizer if quantized_weight else qs.weight
+    # every quantize the call will run, checked here (before the autograd.Function, inside which
+    # an error could not reach the user with its text under torch.compile)
+    rows = 1
+    for d in x.shape[:-1]:
+        rows = rows * d
+    name = dtype_name(x.dtype)
+    scale_meta = ArrayMeta((1,), "float32") if qs.delayed else None
+    rng_meta = meta(rng) if qs.needs_rng else None
+    QUANTIZE.validate(ArrayMeta((rows, x.shape[-1]), name), qs.input, scale_meta, None)
+    if not quantized_weight:
+        QUANTIZE.validate(meta(weight), weight_q, scale_meta, None)
+    QUANTIZE.validate(ArrayMeta((rows, weight.shape[0]), name), qs.grad_output, scale_meta, rng_meta)
     if quantized_weight:
         w_parts = (None, weight.rowwise_data, weight.rowwise_scale_inv, weight.columnwise_data,
                    weight.columnwise_scale_inv)
