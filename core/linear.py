@@ -8,7 +8,7 @@ import dataclasses
 
 from .ops.opdef import dims, fail
 from .quantizers import Quantizer
-from .recipe import DelayedScaling, NVFP4BlockScaling, Recipe
+from .recipe import DelayedScaling, NVFP4BlockScaling, Recipe, int_field
 from .te_migration import as_recipe, convert_te_recipe, is_te_recipe
 
 _OP = "linear"
@@ -95,8 +95,9 @@ def linear_quantizers(recipe: Recipe, input_dtype: str | None = None) -> LinearQ
              "pairs two of them, so they must share one family")
     if not delayed:
         return LinearQuantizers(**roles)
-    return LinearQuantizers(**roles, delayed=True, margin=recipe.margin, amax_compute_algo=recipe.amax_compute_algo,
-                            amax_history_len=recipe.amax_history_len)
+    return LinearQuantizers(**roles, delayed=True, margin=int_field(recipe, "margin"),
+                            amax_compute_algo=recipe.amax_compute_algo,
+                            amax_history_len=int_field(recipe, "amax_history_len"))
 
 
 def check_autocast_recipe(enabled: bool, recipe: object) -> object:
@@ -119,7 +120,7 @@ def check_delayed_state(history_len: int | None, quantizers: LinearQuantizers) -
              "twinengine.jax.dense takes state=twinengine.jax.delayed_scaling_state(...)")
     if history_len != quantizers.amax_history_len:
         fail(_OP, ValueError, f"DelayedScaling(amax_history_len={quantizers.amax_history_len}) does not match the "
-             f"layer's delayed-scaling state of length {history_len}; create the layer (or its state) with "
+             f"layer's delayed-scaling state of length {int(history_len)}; create the layer (or its state) with "
              f"amax_history_len={quantizers.amax_history_len}")
 
 

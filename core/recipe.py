@@ -50,6 +50,25 @@ def _check_format(owner: str, fmt: Format, allowed: tuple[Format, ...]) -> None:
                          "pure E5M2 is rejected for every FP8 recipe")
 
 
+def _keep_float_text(recipe: object, name: str) -> None:
+    """Stores a number field's exact text next to it (not a dataclass field: eq/hash unchanged)."""
+    value = getattr(recipe, name)
+    text = float(value).hex() if isinstance(value, float) else str(int(value))
+    object.__setattr__(recipe, f"_{name}_text", text)
+
+
+def _float_field(recipe: object, name: str) -> float:
+    """A float field read back from its text. torch.compile(dynamic=True) turns numbers read from
+    objects into symbolic values, and a quantizer spec (a constant of the graph) cannot hold one;
+    a number parsed from a string is always a constant."""
+    return float.fromhex(getattr(recipe, f"_{name}_text"))
+
+
+def int_field(recipe: object, name: str) -> int:
+    """An int field read back from its text (see _float_field)."""
+    return int(getattr(recipe, f"_{name}_text"))
+
+
 class Recipe:
     """Base of the recipes."""
 
@@ -75,6 +94,8 @@ class DelayedScaling(Recipe):
         if self.amax_compute_algo not in ("max", "most_recent"):
             raise ValueError("DelayedScaling.amax_compute_algo must be 'max' or 'most_recent', "
                              f"got {self.amax_compute_algo!r}")
+        _keep_float_text(self, "margin")
+        _keep_float_text(self, "amax_history_len")
 
     def quantizer(self, role: str) -> Float8DelayedScalingQuantizer:
         _check_role(role)
@@ -93,12 +114,13 @@ class Float8CurrentScaling(Recipe):
         _check_format("Float8CurrentScaling", self.fp8_format, (Format.E4M3, Format.HYBRID))
         if not float(self.amax_epsilon) >= 0.0:
             raise ValueError(f"Float8CurrentScaling.amax_epsilon must be >= 0, got {self.amax_epsilon!r}")
+        _keep_float_text(self, "amax_epsilon")
 
     def quantizer(self, role: str) -> Float8CurrentScalingQuantizer:
         _check_role(role)
         return Float8CurrentScalingQuantizer(self.fp8_format.dtype_for(role),
                                              force_pow_2_scales=bool(self.use_power_2_scales),
-                                             amax_epsilon=float(self.amax_epsilon))
+                                             amax_epsilon=_float_field(self, "amax_epsilon"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,14 +162,17 @@ class Float8BlockScaling(Recipe):
                              f"not supported; got {dims} (fprop uses x and w, dgrad grad and w, wgrad grad and x)")
         if not float(self.amax_epsilon) >= 0.0:
             raise ValueError(f"Float8BlockScaling.amax_epsilon must be >= 0, got {self.amax_epsilon!r}")
+        _keep_float_text(self, "amax_epsilon")
+        for name in dims:
+            _keep_float_text(self, name)
 
     def quantizer(self, role: str) -> Float8BlockQuantizer:
         _check_role(role)
-        dim = {"input": self.x_block_scaling_dim, "weight": self.w_block_scaling_dim,
-               "grad_output": self.grad_block_scaling_dim}[role]
+        dim = int_field(self, {"input": "x_block_scaling_dim", "weight": "w_block_scaling_dim",
+                               "grad_output": "grad_block_scaling_dim"}[role])
         return Float8BlockQuantizer(self.fp8_format.dtype_for(role), block_scaling_dim=dim,
                                     force_pow_2_scales=bool(self.use_power_2_scales),
-                                    amax_epsilon=float(self.amax_epsilon))
+                                    amax_epsilon=_float_field(self, "amax_epsilon"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -138,10 +138,10 @@ def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device,
 # twinengine::raise_error into the graph instead: it raises the same type with the same text
 # when the compiled code runs — before any op that consumes the failed call's results (they
 # depend on its output), and never removed (it is registered as a side effect).
-# Limit: the text must be a constant at trace time. With symbolic sizes (dynamic=True, or a
-# size Dynamo made dynamic after a recompile) a message that prints such a size is a lazy
-# format Dynamo cannot turn into a string, and the user sees Dynamo's Unsupported error instead
-# (static-shape compiles, the default first compile, are exact).
+# The text must be a constant at trace time: with symbolic sizes (dynamic=True, or a size
+# Dynamo made dynamic after a recompile) core prints sizes through int() / opdef.dims, which
+# Dynamo specializes on this failure path; a message printing a raw symbolic size would reach
+# the user as Dynamo's Unsupported error instead.
 
 _ERROR_TYPES = {"TypeError": TypeError, "ValueError": ValueError}
 

@@ -87,14 +87,15 @@ def _validate(a: Any, b: Any, bias: ArrayMeta | None = None, *, a_columnwise: bo
     n, k_b = _logical_dims(b, b_columnwise)
     if k_a != k_b:
         fail(_OP, ValueError, f"a and b disagree on the contraction dimension: a {dims(a.shape)} "
-             f"(columnwise={a_columnwise}) gives K={k_a}, b {dims(b.shape)} (columnwise={b_columnwise}) gives K={k_b}")
+             f"(columnwise={a_columnwise}) gives K={int(k_a)}, b {dims(b.shape)} (columnwise={b_columnwise}) "
+             f"gives K={int(k_b)}")
     if out_dtype not in HIGH_PRECISION:
         fail(_OP, TypeError, f"out_dtype must be float32, bfloat16 or float16, got {out_dtype}")
     if bias is not None:
         if bias.dtype not in HIGH_PRECISION:
             fail(_OP, TypeError, f"bias must be float32, bfloat16 or float16, got {bias.dtype}")
         if tuple(bias.shape) != (n,):
-            fail(_OP, ValueError, f"bias must have shape ({n},), got {dims(bias.shape)}")
+            fail(_OP, ValueError, f"bias must have shape ({int(n)},), got {dims(bias.shape)}")
 
 
 def _k_major(x: Any, columnwise: bool) -> bool:

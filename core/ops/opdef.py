@@ -126,9 +126,15 @@ def _static_key(value: Any) -> Any:
     return None
 
 
-def dims(shape: Sequence[Any]) -> tuple[int, ...]:
-    """A shape as plain ints, for error messages only (call it on the failure path)."""
-    return tuple(int(d) for d in shape)
+def dims(shape: Sequence[Any]) -> str:
+    """A shape as text for error messages, "(2, 3)" / "(5,)" (call it on the failure path only).
+
+    Built from ``f"{int(d)}"`` pieces so that under ``torch.compile`` with symbolic sizes the text
+    is a constant (Dynamo specializes ``int(d)`` but cannot turn a formatted tuple of sizes into
+    a string), and our error can reach the user with its text.
+    """
+    parts = [f"{int(d)}" for d in shape]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
 def fail(op: str, exc_type: type[Exception], message: str) -> None:

@@ -59,7 +59,7 @@ def check_sort_chunks_probs(op: str, probs: Any, num_rows: Any) -> None:
     """
     _check_hp(op, "probs", probs)
     if tuple(probs.shape) != (num_rows,):
-        fail(op, ValueError, f"probs must have shape ({num_rows},) (one per row of inp), got {dims(probs.shape)}")
+        fail(op, ValueError, f"probs must have shape ({int(num_rows)},) (one per row of inp), got {dims(probs.shape)}")
 
 
 def _check_map_type(op: str, map_type: str) -> None:
@@ -95,10 +95,12 @@ def num_slots_of(op: str, map_type: str, row_id_map: Any, num_tokens: Any) -> An
         if num_tokens == 0 and shape == (0,):
             return 1
         if len(shape) != 1 or num_tokens < 1 or shape[0] % num_tokens != 0 or shape[0] == 0:
-            fail(op, ValueError, f"an index-map row_id_map must have shape (topK * {num_tokens},), got {shape}")
+            fail(op, ValueError, f"an index-map row_id_map must have shape (topK * {int(num_tokens)},), "
+                 f"got {dims(shape)}")
         return shape[0] // num_tokens
     if len(shape) != 2 or shape[0] != num_tokens or shape[1] % 2 != 1 or shape[1] < 3:
-        fail(op, ValueError, f"a mask-map row_id_map must have shape ({num_tokens}, 2 * num_experts + 1), got {shape}")
+        fail(op, ValueError, f"a mask-map row_id_map must have shape ({int(num_tokens)}, 2 * num_experts + 1), "
+             f"got {dims(shape)}")
     return (shape[1] - 1) // 2
 
 
@@ -175,7 +177,7 @@ def check_chunk_values(op: str, split_sizes: Sequence[int], sorted_index: Sequen
     if any(s < 0 for s in split_sizes):
         fail(op, ValueError, f"split_sizes must be >= 0, got {list(split_sizes)}")
     if sum(split_sizes) != num_rows:
-        fail(op, ValueError, f"split_sizes must sum to the {num_rows} rows of inp, got sum {sum(split_sizes)}")
+        fail(op, ValueError, f"split_sizes must sum to the {int(num_rows)} rows of inp, got sum {sum(split_sizes)}")
     if sorted(sorted_index) != list(range(len(split_sizes))):
         fail(op, ValueError, f"sorted_index must be a permutation of range({len(split_sizes)}), "
              f"got {list(sorted_index)}")
@@ -196,7 +198,7 @@ def unpermute_num_tokens(op: str, map_type: str, y: Any, row_id_map: Any, mergin
     if restore_shape is not None:
         restore_shape = tuple(restore_shape)
         if len(restore_shape) < 1 or restore_shape[-1] != y.shape[1]:
-            fail(op, ValueError, f"restore_shape must end in the hidden size {y.shape[1]}, got {restore_shape}")
+            fail(op, ValueError, f"restore_shape must end in the hidden size {int(y.shape[1])}, got {restore_shape}")
         rows = 1
         for dim in restore_shape[:-1]:
             rows = rows * dim
@@ -204,7 +206,7 @@ def unpermute_num_tokens(op: str, map_type: str, y: Any, row_id_map: Any, mergin
         if len(row_id_map.shape) != 2:
             fail(op, ValueError, f"a mask-map row_id_map must be 2-D, got shape {dims(row_id_map.shape)}")
         if rows is not None and rows != row_id_map.shape[0]:
-            fail(op, ValueError, f"restore_shape {restore_shape} does not hold the {row_id_map.shape[0]} tokens "
+            fail(op, ValueError, f"restore_shape {restore_shape} does not hold the {int(row_id_map.shape[0])} tokens "
                  "of row_id_map")
         return row_id_map.shape[0]
     if rows is not None:
@@ -231,7 +233,7 @@ def _validate_row_id_map(routing_map: Any, num_out_tokens: Any, map_type: str) -
     if tokens * slots > _MAX_ROWS or num_out_tokens > _MAX_ROWS:
         fail(op, ValueError, "row ids are int32: num_tokens * slots and num_out_tokens must be < 2**31")
     if num_out_tokens < 0:
-        fail(op, ValueError, f"num_out_tokens must be resolved to a size >= 0, got {num_out_tokens}")
+        fail(op, ValueError, f"num_out_tokens must be resolved to a size >= 0, got {int(num_out_tokens)}")
 
 
 def _infer_row_id_map(routing_map: Any, num_out_tokens: Any, map_type: str) -> KernelCall:
@@ -271,7 +273,7 @@ def _validate_chunk_map(split_sizes: Any, sorted_index: Any, num_tokens: Any) ->
         fail(op, ValueError, f"split_sizes and sorted_index must have the same length, got "
              f"{dims(split_sizes.shape)} and {dims(sorted_index.shape)}")
     if num_tokens < 0 or num_tokens > _MAX_ROWS:
-        fail(op, ValueError, f"inp must have between 0 and 2**31 - 1 rows, got {num_tokens}")
+        fail(op, ValueError, f"inp must have between 0 and 2**31 - 1 rows, got {int(num_tokens)}")
 
 
 def _infer_chunk_map(split_sizes: Any, sorted_index: Any, num_tokens: Any) -> KernelCall:
@@ -303,12 +305,12 @@ def _validate_permute(inp: Any, row_id_map: Any, probs: Any, num_tokens: Any, nu
     if len(inp.shape) != 2:
         fail(op, ValueError, f"inp must be 2-D (num_tokens, hidden), got shape {dims(inp.shape)}")
     if inp.shape[0] != num_tokens and (out_rows is None or inp.shape[0] < num_tokens):
-        fail(op, ValueError, f"inp must have {num_tokens} rows (one per token of the routing map), "
+        fail(op, ValueError, f"inp must have {int(num_tokens)} rows (one per token of the routing map), "
              f"got shape {dims(inp.shape)}")
     slots = num_slots_of(op, map_type, row_id_map, num_tokens)
     _check_probs(op, "probs", probs, num_tokens, slots, map_type)
     if num_out_tokens < 0 or (out_rows is not None and out_rows < num_out_tokens):
-        fail(op, ValueError, f"num_out_tokens must be resolved to a size >= 0, got {num_out_tokens}")
+        fail(op, ValueError, f"num_out_tokens must be resolved to a size >= 0, got {int(num_out_tokens)}")
 
 
 def _infer_permute(inp: Any, row_id_map: Any, probs: Any, num_tokens: Any, num_out_tokens: Any, map_type: str,
@@ -348,7 +350,7 @@ def _validate_permute_bwd(grad_out: Any, row_id_map: Any, grad_permuted_probs: A
     if grad_permuted_probs is not None:
         _check_hp(op, "grad_permuted_probs", grad_permuted_probs)
         if tuple(grad_permuted_probs.shape) != (grad_out.shape[0],):
-            fail(op, ValueError, f"grad_permuted_probs must have shape ({grad_out.shape[0]},), "
+            fail(op, ValueError, f"grad_permuted_probs must have shape ({int(grad_out.shape[0])},), "
                  f"got {dims(grad_permuted_probs.shape)}")
 
 

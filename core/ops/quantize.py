@@ -347,7 +347,7 @@ def _check_layout(op: str, qt: QuantizedTensor, names: Sequence[str]) -> None:
     of shape qt.shape gives (NUMERICS.md §4-§7 layouts), so that no kernel reads out of bounds."""
     shape = tuple(qt.shape)
     if len(shape) < 1:
-        fail(op, ValueError, f"the QuantizedTensor's shape must have rank >= 1, got {shape}")
+        fail(op, ValueError, f"the QuantizedTensor's shape must have rank >= 1, got {dims(shape)}")
     expected = {spec.name: spec for spec in _QUANTIZE_KERNELS[qt.quantizer.scaling_mode][2](
         ArrayMeta(shape, "float32"), qt.quantizer)}
     for name in names:
@@ -357,7 +357,7 @@ def _check_layout(op: str, qt: QuantizedTensor, names: Sequence[str]) -> None:
         dtype = canonical_dtype(array.dtype)
         if tuple(array.shape) != tuple(spec.shape) or dtype != spec.dtype:
             fail(op, ValueError, f"the QuantizedTensor's {name} has shape {dims(array.shape)} and dtype {dtype}, "
-                 f"but a {type(qt.quantizer).__name__} of an input of shape {shape} gives {dims(spec.shape)} "
+                 f"but a {type(qt.quantizer).__name__} of an input of shape {dims(shape)} gives {dims(spec.shape)} "
                  f"{spec.dtype}; the arrays do not belong to this shape / quantizer")
 
 
@@ -399,7 +399,7 @@ def _validate_update(amax_history: ArrayMeta, scale: ArrayMeta, fp8_dtype: str, 
              f"history_len >= 1, got {dims(amax_history.shape)}")
     slots = amax_history.shape[1] if len(amax_history.shape) == 2 else 1
     if len(scale.shape) != 1 or scale.shape[0] != slots:
-        fail(op, ValueError, f"scale must have shape ({slots},) to match amax_history "
+        fail(op, ValueError, f"scale must have shape ({int(slots)},) to match amax_history "
              f"{dims(amax_history.shape)}, got {dims(scale.shape)}")
     if fp8_dtype not in _FP8_FORMAT_CODES:
         fail(op, ValueError, f"fp8_dtype must be 'e4m3' or 'e5m2', got {fp8_dtype!r}")
@@ -436,8 +436,8 @@ UPDATE_DELAYED_SCALING = OpDef(
 
 RECORD_AMAX_RULE = """record_amax(H, a), per slot: H[0] becomes ``a`` when neither is NaN and ``a`` is above H[0]
 in the fp32 order (subnormals kept, -0.0 below +0.0); otherwise H[0] is kept (a NaN amax is
-skipped, a NaN already in H[0] stays); rows 1.. are unchanged (NUMERICS.md §3 quantize step: ``H[0] = max(H[0], max|x|)`` with
-every amax NaN-skipping). Both frontends compute it on the fp32 bit patterns as int32 (a float
+skipped, a NaN already in H[0] stays); rows 1.. are unchanged (NUMERICS.md §3 quantize step:
+``H[0] = max(H[0], max|x|)`` with every amax NaN-skipping). Both frontends compute it on the fp32 bit patterns as int32 (a float
 comparison would flush subnormal amaxes to zero where the runtime sets FTZ/DAZ, as XLA's CPU
 threads do): the order key of bits ``b`` is ``b`` for ``b >= 0`` and ``b ^ 0x7FFFFFFF`` for
 ``b < 0``, NaN is ``(b & 0x7FFFFFFF) > 0x7F800000``."""
@@ -458,7 +458,7 @@ def validate_record_amax(amax_history: ArrayMeta, amax: ArrayMeta) -> None:
     for dim in amax.shape:
         size = size * dim
     if size != slots:
-        fail(op, ValueError, f"amax must hold one value per history slot ({slots}), got shape {dims(amax.shape)}")
+        fail(op, ValueError, f"amax must hold one value per history slot ({int(slots)}), got shape {dims(amax.shape)}")
 
 
 def array_meta(shape: Sequence[Any], dtype: str) -> ArrayMeta:

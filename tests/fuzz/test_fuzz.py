@@ -130,16 +130,15 @@ def test_fuzz_quantize_dequantize(fuzz_settings, request):
     _assert_exercised("quantize", request)
 
 
-# dynamic=False: every drawn shape compiles static (errors printing symbolic sizes cannot be
-# surfaced with our text; see twinengine/pytorch/_library.py).
+# dynamic=True: sizes are symbolic, so error messages must still become constant text
 _COMPILED_QUANTIZE = torch.compile(lambda x, q, s: tep.quantize(x, q, scale=s), fullgraph=True, backend="aot_eager",
-                                   dynamic=False)
+                                   dynamic=True)
 
 
 def test_fuzz_quantize_compiled_matches_eager(fuzz_settings, request):
     from hypothesis import given, settings
 
-    budget = max(1, request.config.getoption("--fuzz-budget") // 4)  # each new (quantizer, shape) compiles
+    budget = max(1, request.config.getoption("--fuzz-budget") // 4)  # each new quantizer compiles
 
     @settings(fuzz_settings, max_examples=budget)
     @given(x=arrays(), q=QUANTIZERS)
@@ -355,3 +354,58 @@ def test_fuzz_gemm(fuzz_settings, request):
 
     run()
     _assert_exercised("gemm", request)
+
+
+def _linear_step(recipe):
+    def step(x, w, seed):
+        with tep.autocast(recipe, enabled=recipe is not None):
+            return tep.linear(x, w, rng=torch.stack([seed, seed * 0]))
+    return step
+
+
+FUZZ_LINEAR_RECIPES = [None, R.MXFP8BlockScaling(), R.Float8CurrentScaling(), R.Float8BlockScaling(),
+                       R.NVFP4BlockScaling()]
+# one compiled step per recipe, the recipe a constant of it (passed as an argument under
+# dynamic=True, Dynamo makes the recipe's float fields symbolic: a known gap, see the report)
+_COMPILED_LINEAR = {i: torch.compile(_linear_step(r), fullgraph=True, backend="aot_eager", dynamic=True)
+                    for i, r in enumerate(FUZZ_LINEAR_RECIPES)}
+
+
+def test_fuzz_linear_compiled_matches_eager(fuzz_settings, request):
+    from hypothesis import given, settings
+
+    budget = max(1, request.config.getoption("--fuzz-budget") // 2)
+
+    @settings(fuzz_settings, max_examples=budget)
+    @given(rows=st.sampled_from([0, 32, 128]), k=st.sampled_from([0, 32, 128]), n=st.sampled_from([32, 128]),
+           dtype=st.sampled_from(DTYPES), index=st.sampled_from(range(len(FUZZ_LINEAR_RECIPES))),
+           seed=st.integers(0, 2**16))
+    def run(rows, k, n, dtype, index, seed):
+        recipe = FUZZ_LINEAR_RECIPES[index]
+        rng = np.random.default_rng(seed)
+        x = to_torch(rng.standard_normal((rows, k)).astype(np.float32).astype(NUMPY_DTYPES[dtype]))
+        w = to_torch((rng.standard_normal((n, k)) * 0.1).astype(np.float32).astype(NUMPY_DTYPES[dtype]))
+        s = torch.tensor(seed)
+
+        def call(fn, grad=True):
+            xi = x.clone().requires_grad_(grad)
+            y = fn(xi, w, s)
+            if not grad:
+                return (from_any(y),)
+            y.float().sum().backward()
+            return from_any(y), from_any(xi.grad)
+
+        eager = _outcome(lambda: call(_linear_step(recipe)))
+        # Known gap: an invalid call on inputs that require grad fails in AOTAutograd's backward
+        # tracing (BackendCompilerFailed) instead of raising our error; without grad it is exact.
+        grad = eager[0] == "ok"
+        outcomes = {"eager": eager if grad else _outcome(lambda: call(_linear_step(recipe), False)),
+                    "compiled": _outcome(lambda: call(_COMPILED_LINEAR[index], grad))}
+        if _same_errors(outcomes, f"compiled linear {recipe!r} {dtype} ({rows},{k})x({n},{k})"):
+            return
+        for got, want, label in zip(outcomes["compiled"][1], outcomes["eager"][1], ("y", "dx")):
+            assert_bytes_equal(got, want, f"compiled {label} {recipe!r}")
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(cache_size_limit=64, accumulated_cache_size_limit=512):
+        run()

@@ -91,7 +91,8 @@ CASES = {
     "sort_chunks_probs_length": ((_np((8, 16)), _np((7,)), np.array([4, 4], np.int32), np.array([1, 0], np.int32)),
                                  lambda x, p, s, i: tep.moe_sort_chunks_by_index_with_probs(x, p, s, i)[0],
                                  lambda x, p, s, i: tej.moe_sort_chunks_by_index_with_probs(x, p, s, i)[0],
-                                 ValueError, "twinengine.moe_sort_chunks_by_index_with_probs: probs must have shape (8,)"),
+                                 ValueError,
+                                 "twinengine.moe_sort_chunks_by_index_with_probs: probs must have shape (8,)"),
     "unpermute_int8_inp": ((_np((8, 16), np.int8), np.zeros(8, np.int32)),
                            lambda y, m: tep.moe_unpermute(y, m, map_type="index"),
                            lambda y, m: tej.moe_unpermute(y, m, map_type="index"), TypeError,
@@ -115,6 +116,8 @@ def test_same_error_in_torch_eager_compiled_jax_eager_and_jit(name):
     results = {
         "torch eager": _error(torch_fn, *torch_inputs),
         "torch compiled": _error(torch.compile(torch_fn, fullgraph=True, backend="aot_eager"), *torch_inputs),
+        "torch compiled dynamic": _error(torch.compile(torch_fn, fullgraph=True, backend="aot_eager", dynamic=True),
+                                         *torch_inputs),
         "jax eager": _error(jax_fn, *jax_inputs),
         "jax jit": _error(jax.jit(jax_fn), *jax_inputs),
     }

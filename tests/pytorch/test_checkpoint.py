@@ -139,3 +139,24 @@ def test_recompute_without_a_recorded_forward_says_why():
 
     with pytest.raises(RuntimeError, match="twinengine.pytorch.Linear: a forward ran inside a backward pass"):
         Recompute.apply(y).sum().backward()
+
+
+def test_an_earlier_no_grad_forward_of_the_same_input_does_not_shadow_the_checkpointed_call():
+    # evaluate on the batch (no grad: recorded, never recomputed), then train on it checkpointed
+    recipe = R.DelayedScaling(amax_history_len=3)
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32))
+
+    def run(checkpointed):
+        model = Model(torch.float32)
+        with torch.no_grad(), tep.autocast(recipe):
+            model.block(x * 4)  # moves the scales
+        xi = x.clone().requires_grad_()
+        with tep.autocast(recipe):
+            with torch.no_grad():
+                model.block(xi)  # the same input, not checkpointed: its record must not be replayed
+            y = checkpoint(model.block, xi, use_reentrant=False) if checkpointed else model.block(xi)
+        y.sum().backward()
+        return [xi.grad] + [p.grad for p in model.parameters()] + list(model.buffers())
+
+    for a, b in zip(run(True), run(False)):
+        assert_bytes_equal(from_torch(a), from_torch(b), "checkpointed vs plain")

@@ -16,7 +16,8 @@ from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from ..autocast import current_recipe
-from .._library import dtype_name, surface_errors, tensor_fallback
+from ...ops.quantize import QUANTIZE, ArrayMeta
+from .._library import dtype_name, meta, surface_errors, tensor_fallback
 from .bias import bias_add, bias_grad
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
@@ -194,8 +195,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
     Dtypes: x, weight, bias fp32 / bf16 / fp16; y has x's dtype, grads their input's dtype.
     Numerics: outside autocast the three GEMMs run in high precision (fp32 accumulation);
         inside, x and w are quantized with the recipe's input / weight quantizers and dy with
-        its grad_output quantizer (NUMERICS.md §8, §9); the bias gradient is the fp32-accumulated
-        column sum of dy. Same kernels as ``twinengine.jax.dense``: identical bytes.
+        its grad_output quantizer (NUMERICS.md §8, §9); the GEMM output is rounded to x's dtype, then
+        fl(y + bias) added, and the bias gradient is the canonical column sum Σc of dy (§11). Same kernels as ``twinengine.jax.dense``: identical bytes.
     Raises:
         TypeError: unsupported recipe / quantizer combination, QuantizedTensor weight (or
             weight_cache) without a recipe or in NVFP4; ValueError: delayed state missing or of
@@ -220,6 +221,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
         check_delayed_state(None if delayed_state is None else delayed_state[0].shape[0], qs)
         fwd_history, fwd_scale, bwd_history, bwd_scale = delayed_state
     weight_q = qs.weight if copies is None else copies.quantizer
+    # every quantize the call will run, checked here (before the autograd.Function, inside which
+    # an error could not reach the user with its text under torch.compile)
+    rows = 1
+    for d in x.shape[:-1]:
+        rows = rows * d
+    name = dtype_name(x.dtype)
+    scale_meta = ArrayMeta((1,), "float32") if qs.delayed else None
+    rng_meta = meta(rng) if qs.needs_rng else None
+    QUANTIZE.validate(ArrayMeta((rows, x.shape[-1]), name), qs.input, scale_meta, None)
+    if copies is None:
+        QUANTIZE.validate(meta(weight), weight_q, scale_meta, None)
+    QUANTIZE.validate(ArrayMeta((rows, weight.shape[0]), name), qs.grad_output, scale_meta, rng_meta)
     if copies is not None:
         w_parts = (None if quantized_weight else weight, copies.rowwise_data, copies.rowwise_scale_inv,
                    copies.columnwise_data, copies.columnwise_scale_inv)

@@ -84,9 +84,9 @@ torch.library.register_vmap("twinengine::dequantize", _sequential_vmap(torch.ops
 
 
 def _quantized_fallback(err, x, quantizer, **kwargs) -> QuantizedTensor:
+    spec = quantizer if isinstance(quantizer, Quantizer) else None
     return QuantizedTensor(rowwise_data=err, rowwise_scale_inv=err, columnwise_data=err, columnwise_scale_inv=err,
-                           amax=err, columnwise_amax=err, quantizer=quantizer if isinstance(quantizer, Quantizer) else None,
-                           shape=tuple(err.shape))
+                           amax=err, columnwise_amax=err, quantizer=spec, shape=tuple(err.shape))
 
 
 def _as_quantized(data, scale_inv, amax, quantizer, shape, columnwise) -> QuantizedTensor:

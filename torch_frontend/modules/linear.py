@@ -30,6 +30,9 @@ class Linear(torch.nn.Module):
         offset by one per forward, the same deterministic sequence ``twinengine.jax.dense``
         reproduces with ``rng=[seed, offset]``; other recipes (and high precision) neither
         read nor advance it, so their forward mutates no buffer (torch.func-friendly).
+    Checkpointing: under ``torch.utils.checkpoint`` (either mode, ``autocast`` inside or
+        outside) the recomputed forward replays the original call — recipe, scales, rng — and
+        updates no buffer, so outputs, gradients and buffers equal the run without it.
     Weight: ``weight`` may be replaced by a twinengine QuantizedTensor holding both copies
         (``del layer.weight; layer.weight = qt``): it is then used as is, without a gradient.
     FP8 weight caching (TE's flag): ``layer(x, is_first_microbatch=True)`` quantizes the weight
@@ -130,10 +133,11 @@ class Linear(torch.nn.Module):
     # no autocast region is active and the state has moved on. A forward that checkpointing may
     # recompute (grad disabled: the reentrant first pass; saved-tensor hooks active: the
     # non-reentrant one) records what it used — the recipe, the forward scales, the rng value —
-    # with a hash of the input's bytes (oldest first: a recompute takes the first record its input
-    # matches); the recompute replays exactly that call without touching the
-    # buffers (the grad slot is updated once, by the one backward that runs). Compiled code
-    # needs none of this: AOTAutograd recomputes inside the graph from the same values.
+    # with a hash of the input's bytes (a recompute takes the newest record its input matches);
+    # the recompute replays exactly that call without touching the buffers (the grad slot is
+    # updated once, by the one backward that runs). Compiled checkpoint regions: stateless
+    # recipes recompute inside the graph from the same values; stateful ones graph-break to
+    # this eager path (see _mark_stateful_compiled_forward).
 
     def _record(self, x: torch.Tensor, cache: QuantizedTensor | None) -> None:
         recipe = current_recipe()
@@ -150,7 +154,8 @@ class Linear(torch.nn.Module):
     def _recompute(self, x: torch.Tensor) -> torch.Tensor:
         records = self.__dict__.get("_checkpoint_records", [])
         meta, digest = _input_meta(x), torch.hash_tensor(x.detach())
-        for i, record in enumerate(records):
+        for i in range(len(records) - 1, -1, -1):  # newest first: an older no-grad (evaluation) forward of the
+            record = records[i]                    # same input must not shadow the checkpointed call
             if record[0] == meta and torch.equal(record[1], digest):
                 _, _, recipe, fwd_scale, rng, cache = records.pop(i)
                 break
