@@ -82,6 +82,17 @@ def _fp32(value: float) -> float:
     return struct.unpack("<f", struct.pack("<f", float(value)))[0]
 
 
+def check_quantize_op_quantizer(quantizer) -> None:
+    """The Quantize basic op takes a twinengine Quantizer of a current-scaling kind, or None."""
+    from ..quantizers import Quantizer
+
+    if quantizer is not None and not isinstance(quantizer, Quantizer):
+        fail("Quantize", TypeError, f"quantizer must be a twinengine Quantizer, got {type(quantizer).__name__}")
+    if quantizer is not None and quantizer.scaling_mode == "fp8_delayed":
+        fail("Quantize", TypeError, "a Float8DelayedScalingQuantizer needs a Linear's delayed-scaling state; place "
+             "Quantize before a BasicLinear under a DelayedScaling autocast instead")
+
+
 def check_extra_inputs(expected: int, given: int) -> None:
     if expected != given:
         fail("Sequential", ValueError, f"the ops take {expected} extra input(s) (AddExtraInput), got {given}")

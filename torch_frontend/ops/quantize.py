@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ...fusion.ops import OpDesc
+from ...fusion.ops import OpDesc, check_quantize_op_quantizer
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from .._ops.quantize import quantize
@@ -26,12 +26,7 @@ class Quantize(BasicOperation):
 
     def __init__(self, quantizer: Quantizer | None = None) -> None:
         super().__init__()
-        if quantizer is not None and not isinstance(quantizer, Quantizer):
-            raise TypeError(f"twinengine.Quantize: quantizer must be a twinengine Quantizer, got "
-                            f"{type(quantizer).__name__}")
-        if quantizer is not None and quantizer.scaling_mode == "fp8_delayed":
-            raise TypeError("twinengine.Quantize: a Float8DelayedScalingQuantizer needs a Linear's delayed-scaling "
-                            "state; place Quantize before a BasicLinear under a DelayedScaling autocast instead")
+        check_quantize_op_quantizer(quantizer)
         self.quantizer = quantizer
 
     def describe(self) -> OpDesc:
