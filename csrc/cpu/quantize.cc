@@ -3,6 +3,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "internal/cpu.h"
 #include "internal/quantize.h"
 
@@ -43,14 +47,58 @@ TWE_CPU_CLONES void cast_run(const T* x, int64_t n, float scale, uint8_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = numerics::float_to_fp8<F>(to_float(x[i]) * scale);
 }
 
+#if defined(__SSE2__)
+/*! Transposes one 16×16 byte tile: out[c * out_stride + r] = in[r * in_stride + c]. Four rounds
+ *  of SSE2 unpacks (8-, 16-, 32-, 64-bit interleaves); pure data movement, so the bytes are
+ *  those of the scalar loop. */
+inline void transpose_tile16(const uint8_t* in, int64_t in_stride, uint8_t* out, int64_t out_stride) {
+  __m128i a[16], b[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i * in_stride));
+  for (int i = 0; i < 8; ++i) {  // rows 2i, 2i+1 interleaved: columns 0-7, then 8-15
+    b[2 * i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+    b[2 * i + 1] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {  // rows 4g..4g+3: columns 0-3, 4-7, 8-11, 12-15
+    const __m128i* p = b + 4 * g;
+    a[4 * g + 0] = _mm_unpacklo_epi16(p[0], p[2]);
+    a[4 * g + 1] = _mm_unpackhi_epi16(p[0], p[2]);
+    a[4 * g + 2] = _mm_unpacklo_epi16(p[1], p[3]);
+    a[4 * g + 3] = _mm_unpackhi_epi16(p[1], p[3]);
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 8h..8h+7: column pairs (0,1), (2,3), ..., (14,15)
+    const __m128i* lo = a + 8 * h;
+    const __m128i* hi = a + 8 * h + 4;
+    for (int j = 0; j < 4; ++j) {
+      b[8 * h + 2 * j] = _mm_unpacklo_epi32(lo[j], hi[j]);
+      b[8 * h + 2 * j + 1] = _mm_unpackhi_epi32(lo[j], hi[j]);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {  // columns 2j and 2j+1, all 16 rows
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * j) * out_stride), _mm_unpacklo_epi64(b[j], b[8 + j]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * j + 1) * out_stride), _mm_unpackhi_epi64(b[j], b[8 + j]));
+  }
+}
+#endif
+
 /*! out[k * out_stride + r] = in[r * K + k] for r < rows, k < K: a row block of FP8 bytes
- *  stored transposed, in 32-column strips so reads and writes stay in cache. */
-TWE_CPU_CLONES void transpose_bytes(const uint8_t* in, int64_t rows, int64_t K, uint8_t* out, int64_t out_stride) {
-  constexpr int64_t kStrip = 32;
+ *  stored transposed. Each strip of 16 columns is transposed in 16×16 tiles (SSE2 where
+ *  available) into a small contiguous buffer, then copied out as 16 runs of `rows` bytes, so the
+ *  strided output is written in whole runs (no 4K-aliased 16-byte stores). */
+__attribute__((noinline)) void transpose_bytes(const uint8_t* in, int64_t rows, int64_t K, uint8_t* out,
+                                               int64_t out_stride) {
+  constexpr int64_t kStrip = 16;
+  std::vector<uint8_t> buffer(static_cast<size_t>(kStrip * rows));
+  uint8_t* buf = buffer.data();
   for (int64_t k0 = 0; k0 < K; k0 += kStrip) {
-    const int64_t k1 = std::min(K, k0 + kStrip);
-    for (int64_t k = k0; k < k1; ++k)
-      for (int64_t r = 0; r < rows; ++r) out[k * out_stride + r] = in[r * K + k];
+    const int64_t width = std::min(kStrip, K - k0);
+    int64_t r0 = 0;
+#if defined(__SSE2__)
+    if (width == kStrip)
+      for (; r0 + 16 <= rows; r0 += 16) transpose_tile16(in + r0 * K + k0, K, buf + r0, rows);
+#endif
+    for (int64_t j = 0; j < width; ++j)
+      for (int64_t r = r0; r < rows; ++r) buf[j * rows + r] = in[r * K + k0 + j];
+    for (int64_t j = 0; j < width; ++j) std::memcpy(out + (k0 + j) * out_stride, buf + j * rows, static_cast<size_t>(rows));
   }
 }
 
@@ -288,27 +336,32 @@ void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler
   }
 }
 
-/*! 128×128 tiles: one scale per tile; the columnwise copy is the exact transpose. */
+/*! 128×128 tiles: one scale per tile; the columnwise copy is the exact transpose. A strip of
+ *  128 rows is read row after row twice (tile amaxes, then the cast with each tile's scale), so
+ *  both passes stream through memory; the columnwise copy is the strip's bytes transposed. */
 template <FP8Format F, typename T>
 void fp8_block_2d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
+  const int64_t tiles = K / kFP8Block;
   parallel_for(R / kFP8Block, R * K, [&](int64_t rb_begin, int64_t rb_end) {
-    std::vector<uint8_t> tile(static_cast<size_t>(kFP8Block * kFP8Block));
+    std::vector<uint8_t> strip(o.row_data ? 0 : static_cast<size_t>(kFP8Block * K));
+    std::vector<uint32_t> keys(static_cast<size_t>(tiles));
+    std::vector<float> scale(static_cast<size_t>(tiles));
     for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
-      for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
-        const T* xt = x + rb * kFP8Block * K + kb * kFP8Block;
-        uint32_t key = 0;
-        for (int64_t r = 0; r < kFP8Block; ++r) key = std::max(key, amax_key_run(xt + r * K, kFP8Block));
-        const float scale = scaler(numerics::bits_to_float(key));
-        for (int64_t r = 0; r < kFP8Block; ++r) {
-          uint8_t* q = o.row_data ? o.row_data + (rb * kFP8Block + r) * K + kb * kFP8Block : tile.data() + r * kFP8Block;
-          cast_run<F>(xt + r * K, kFP8Block, scale, q);
-          if (o.row_data && o.col_data) std::memcpy(tile.data() + r * kFP8Block, q, kFP8Block);
-        }
-        if (o.col_data)
-          transpose_bytes(tile.data(), kFP8Block, kFP8Block, o.col_data + kb * kFP8Block * R + rb * kFP8Block, R);
-        if (o.row_scales) o.row_scales[rb * o.row_stride + kb] = 1.0f / scale;
-        if (o.col_scales) o.col_scales[kb * o.col_stride + rb] = 1.0f / scale;
+      const T* xs = x + rb * kFP8Block * K;
+      std::fill(keys.begin(), keys.end(), 0u);
+      for (int64_t r = 0; r < kFP8Block; ++r)
+        for (int64_t kb = 0; kb < tiles; ++kb)
+          keys[kb] = std::max(keys[kb], amax_key_run(xs + r * K + kb * kFP8Block, kFP8Block));
+      for (int64_t kb = 0; kb < tiles; ++kb) {
+        scale[kb] = scaler(numerics::bits_to_float(keys[kb]));
+        if (o.row_scales) o.row_scales[rb * o.row_stride + kb] = 1.0f / scale[kb];
+        if (o.col_scales) o.col_scales[kb * o.col_stride + rb] = 1.0f / scale[kb];
       }
+      uint8_t* q = o.row_data ? o.row_data + rb * kFP8Block * K : strip.data();
+      for (int64_t r = 0; r < kFP8Block; ++r)
+        for (int64_t kb = 0; kb < tiles; ++kb)
+          cast_run<F>(xs + r * K + kb * kFP8Block, kFP8Block, scale[kb], q + r * K + kb * kFP8Block);
+      if (o.col_data) transpose_bytes(q, kFP8Block, K, o.col_data + rb * kFP8Block, R);
     }
   });
 }
