@@ -102,22 +102,22 @@ __attribute__((noinline)) void transpose_bytes(const uint8_t* in, int64_t rows, 
   }
 }
 
-/*! One row of rowwise MXFP8: per 32-element block, the E8M0 exponent of its amax, then the
- *  cast with the block's multiplier. */
+/*! One row of rowwise MXFP8: the amax key of every element, per 32-element block the E8M0
+ *  exponent of the block's amax and its multiplier (spread over the block's elements in
+ *  `mult`), then the cast of the whole row. Three loops the compiler vectorizes in full
+ *  vectors; `keys` and `mult` hold K entries of scratch. */
 template <FP8Format F, typename T>
-TWE_CPU_CLONES void mxfp8_row(const T* x, int64_t K, uint8_t* data, uint8_t* scales) {
+TWE_CPU_CLONES void mxfp8_row(const T* x, int64_t K, uint8_t* data, uint8_t* scales, uint32_t* keys, float* mult) {
+  for (int64_t i = 0; i < K; ++i) keys[i] = numerics::amax_key(to_float(x[i]));
   for (int64_t kb = 0; kb < K / 32; ++kb) {
-    const T* block = x + kb * 32;
     uint32_t key = 0;
-    for (int64_t i = 0; i < 32; ++i) {
-      const uint32_t k = numerics::amax_key(to_float(block[i]));
-      key = k > key ? k : key;
-    }
+    for (int64_t i = 0; i < 32; ++i) key = keys[kb * 32 + i] > key ? keys[kb * 32 + i] : key;
     const uint8_t e = numerics::mxfp8_block_exponent<F>(numerics::bits_to_float(key));
     const float m = numerics::e8m0_encode_multiplier(e);
-    for (int64_t i = 0; i < 32; ++i) data[kb * 32 + i] = numerics::float_to_fp8<F>(to_float(block[i]) * m);
+    for (int64_t i = 0; i < 32; ++i) mult[kb * 32 + i] = m;
     scales[kb] = e;
   }
+  for (int64_t i = 0; i < K; ++i) data[i] = numerics::float_to_fp8<F>(to_float(x[i]) * mult[i]);
 }
 
 /*! One 32-row block of columnwise MXFP8 (blocks run down the columns): per column the amax
@@ -217,7 +217,10 @@ float format_max(TweFP8Format f) { return f == kTweE5M2 ? numerics::kE5M2Max : n
 template <FP8Format F, typename T>
 void mxfp8_rowwise(const T* x, int64_t R, int64_t K, uint8_t* data, uint8_t* scales, int64_t scale_stride) {
   parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t r = row_begin; r < row_end; ++r) mxfp8_row<F>(x + r * K, K, data + r * K, scales + r * scale_stride);
+    std::vector<uint32_t> keys(static_cast<size_t>(K));
+    std::vector<float> mult(static_cast<size_t>(K));
+    for (int64_t r = row_begin; r < row_end; ++r)
+      mxfp8_row<F>(x + r * K, K, data + r * K, scales + r * scale_stride, keys.data(), mult.data());
   });
 }
 
@@ -300,19 +303,33 @@ struct Fp8BlockScaler {
   float operator()(float amax) const { return numerics::scale_from_amax(amax, format_max, epsilon, pow2, inf_value); }
 };
 
+/*! One row of rowwise 1×128 FP8 blocks: every element's amax key, per block its scale (spread
+ *  over the block's elements in `scale`; the inverse goes to scale_inv[kb * stride]), then the
+ *  cast of the whole row. `keys` and `scale` hold K entries of scratch. */
+template <FP8Format F, typename T>
+TWE_CPU_CLONES void fp8_block_row(const T* x, int64_t K, const Fp8BlockScaler& scaler, uint32_t* keys, float* scale,
+                                  uint8_t* data, float* scale_inv, int64_t stride) {
+  for (int64_t i = 0; i < K; ++i) keys[i] = numerics::amax_key(to_float(x[i]));
+  for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
+    uint32_t key = 0;
+    for (int64_t i = 0; i < kFP8Block; ++i) key = keys[kb * kFP8Block + i] > key ? keys[kb * kFP8Block + i] : key;
+    const float s = scaler(numerics::bits_to_float(key));
+    for (int64_t i = 0; i < kFP8Block; ++i) scale[kb * kFP8Block + i] = s;
+    scale_inv[kb * stride] = 1.0f / s;
+  }
+  for (int64_t i = 0; i < K; ++i) data[i] = numerics::float_to_fp8<F>(to_float(x[i]) * scale[i]);
+}
+
 /*! 1×128 blocks: rowwise along K, columnwise along R (blocks of the transpose). */
 template <FP8Format F, typename T>
 void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
   if (o.row_data) {
     parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-      for (int64_t r = row_begin; r < row_end; ++r) {
-        for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
-          const T* block = x + r * K + kb * kFP8Block;
-          const float scale = scaler(block_amax(block, kFP8Block));
-          cast_run<F>(block, kFP8Block, scale, o.row_data + r * K + kb * kFP8Block);
-          o.row_scales[kb * o.row_stride + r] = 1.0f / scale;
-        }
-      }
+      std::vector<uint32_t> keys(static_cast<size_t>(K));
+      std::vector<float> scale(static_cast<size_t>(K));
+      for (int64_t r = row_begin; r < row_end; ++r)
+        fp8_block_row<F>(x + r * K, K, scaler, keys.data(), scale.data(), o.row_data + r * K, o.row_scales + r,
+                         o.row_stride);
     });
   }
   if (o.col_data) {
