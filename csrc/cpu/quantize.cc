@@ -1,5 +1,6 @@
 // CPU kernels of the quantize family: loops and tiling only; value math is in numerics.h.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -80,12 +81,12 @@ inline void transpose_tile16(const uint8_t* in, int64_t in_stride, uint8_t* out,
 }
 #endif
 
-/*! out[k * out_stride + r] = in[r * K + k] for r < rows, k < K: a row block of FP8 bytes
- *  stored transposed. Each strip of 16 columns is transposed in 16×16 tiles (SSE2 where
+/*! out[k * out_stride + r] = in[r * in_stride + k] for r < rows, k < K: a row block of FP8
+ *  bytes stored transposed. Each strip of 16 columns is transposed in 16×16 tiles (SSE2 where
  *  available) into a small contiguous buffer, then copied out as 16 runs of `rows` bytes, so the
  *  strided output is written in whole runs (no 4K-aliased 16-byte stores). */
-__attribute__((noinline)) void transpose_bytes(const uint8_t* in, int64_t rows, int64_t K, uint8_t* out,
-                                               int64_t out_stride) {
+__attribute__((noinline)) void transpose_bytes(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t K,
+                                               uint8_t* out, int64_t out_stride) {
   constexpr int64_t kStrip = 16;
   std::vector<uint8_t> buffer(static_cast<size_t>(kStrip * rows));
   uint8_t* buf = buffer.data();
@@ -94,10 +95,10 @@ __attribute__((noinline)) void transpose_bytes(const uint8_t* in, int64_t rows, 
     int64_t r0 = 0;
 #if defined(__SSE2__)
     if (width == kStrip)
-      for (; r0 + 16 <= rows; r0 += 16) transpose_tile16(in + r0 * K + k0, K, buf + r0, rows);
+      for (; r0 + 16 <= rows; r0 += 16) transpose_tile16(in + r0 * in_stride + k0, in_stride, buf + r0, rows);
 #endif
     for (int64_t j = 0; j < width; ++j)
-      for (int64_t r = r0; r < rows; ++r) buf[j * rows + r] = in[r * K + k0 + j];
+      for (int64_t r = r0; r < rows; ++r) buf[j * rows + r] = in[r * in_stride + k0 + j];
     for (int64_t j = 0; j < width; ++j) std::memcpy(out + (k0 + j) * out_stride, buf + j * rows, static_cast<size_t>(rows));
   }
 }
@@ -190,7 +191,7 @@ void cast_per_tensor(const T* x, float scale, int64_t R, int64_t K, uint8_t* row
       const int64_t rows = std::min(R, r0 + kTile) - r0;
       uint8_t* q = rowwise ? rowwise + r0 * K : scratch.data();
       cast_run<F>(x + r0 * K, rows * K, scale, q);
-      if (columnwise) transpose_bytes(q, rows, K, columnwise + r0, R);
+      if (columnwise) transpose_bytes(q, K, rows, K, columnwise + r0, R);
     }
   });
 }
@@ -347,7 +348,7 @@ void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler
         // Cast row-major with per-column scales, then store transposed: column k of this row
         // block is one contiguous run of the (K, R) output.
         cast_columns<F>(xb, kFP8Block, K, scale.data(), block.data());
-        transpose_bytes(block.data(), kFP8Block, K, o.col_data + rb * kFP8Block, R);
+        transpose_bytes(block.data(), K, kFP8Block, K, o.col_data + rb * kFP8Block, R);
       }
     });
   }
@@ -378,7 +379,7 @@ void fp8_block_2d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler
       for (int64_t r = 0; r < kFP8Block; ++r)
         for (int64_t kb = 0; kb < tiles; ++kb)
           cast_run<F>(xs + r * K + kb * kFP8Block, kFP8Block, scale[kb], q + r * K + kb * kFP8Block);
-      if (o.col_data) transpose_bytes(q, kFP8Block, K, o.col_data + rb * kFP8Block, R);
+      if (o.col_data) transpose_bytes(q, K, kFP8Block, K, o.col_data + rb * kFP8Block, R);
     }
   });
 }
@@ -534,28 +535,47 @@ void nvfp4(const QuantizeArgs& a, const T* x) {
 
 // ---- Dequantize ---------------------------------------------------------------------------
 
-/*! out[r, k] = Out(decode(r, k)) over the (R, K) output, rows split over threads. */
-template <typename Out, typename Decode>
-void dequantize_rows(const DequantizeArgs& a, Decode decode) {
-  Out* out = static_cast<Out*>(a.output->data);
-  const int64_t R = a.rows, K = a.cols;
-  parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t r = row_begin; r < row_end; ++r)
-      for (int64_t k = 0; k < K; ++k) out[r * K + k] = FromFloat<Out>::apply(decode(r, k));
-  });
+/*! out[k] = Out(value[codes[k]] * mult[k]) for k < K: one output row from its FP8 codes, the
+ *  exact values of the 256 codes and a per-element multiplier (its block's scale). */
+template <typename Out>
+TWE_CPU_CLONES void decode_run(const uint8_t* codes, int64_t K, const float* value, const float* mult, Out* out) {
+  for (int64_t k = 0; k < K; ++k) out[k] = FromFloat<Out>::apply(value[codes[k]] * mult[k]);
 }
 
-/*! The FP8 code of logical element (r, k), stored (R, K) or, when `transposed`, (K, R). */
-inline uint8_t fp8_code(const DequantizeArgs& a, int64_t r, int64_t k, bool transposed) {
+/*! Dequantizes an FP8-coded (R, K) tensor stored (R, K) or, when `transposed`, (K, R): tiles of
+ *  16 rows (a transposed copy is first turned back into 16 contiguous rows of codes), each row
+ *  decoded through the 256-entry value table of format F with the multipliers
+ *  `row_scales(r, mult)` writes for row r. The table holds fp8_to_float of every code, so the
+ *  bytes are those of decoding element by element. */
+template <FP8Format F, typename Out, typename RowScales>
+void dequantize_fp8_rows(const DequantizeArgs& a, bool transposed, RowScales row_scales) {
+  std::array<float, 256> value{};
+  for (int code = 0; code < 256; ++code) value[code] = numerics::fp8_to_float<F>(static_cast<uint8_t>(code));
   const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
-  return transposed ? q[k * a.rows + r] : q[r * a.cols + k];
+  Out* out = static_cast<Out*>(a.output->data);
+  const int64_t R = a.rows, K = a.cols;
+  constexpr int64_t kRowTile = 16;
+  parallel_for((R + kRowTile - 1) / kRowTile, R * K, [&](int64_t tile_begin, int64_t tile_end) {
+    std::vector<uint8_t> codes(transposed ? static_cast<size_t>(kRowTile * K) : 0);
+    std::vector<float> mult(static_cast<size_t>(K));
+    for (int64_t t = tile_begin; t < tile_end; ++t) {
+      const int64_t r0 = t * kRowTile, h = std::min(kRowTile, R - r0);
+      // Stored (K, R): the h columns r0.. of the stored copy, transposed into h rows of K codes.
+      if (transposed) transpose_bytes(q + r0, R, K, h, codes.data(), K);
+      for (int64_t j = 0; j < h; ++j) {
+        row_scales(r0 + j, mult.data());
+        const uint8_t* row = transposed ? codes.data() + j * K : q + (r0 + j) * K;
+        decode_run(row, K, value.data(), mult.data(), out + (r0 + j) * K);
+      }
+    }
+  });
 }
 
 template <FP8Format F, typename Out>
 void dequantize_fp8_typed(const DequantizeArgs& a) {
   const float scale_inv = *static_cast<const float*>(a.scale_inv->data);
-  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
-    return numerics::fp8_to_float<F>(fp8_code(a, r, k, a.columnwise)) * scale_inv;
+  dequantize_fp8_rows<F, Out>(a, a.columnwise, [&](int64_t, float* mult) {
+    std::fill(mult, mult + a.cols, scale_inv);
   });
 }
 
@@ -563,10 +583,10 @@ template <FP8Format F, typename Out>
 void dequantize_mxfp8_typed(const DequantizeArgs& a) {
   const uint8_t* scales = static_cast<const uint8_t*>(a.scale_inv->data);
   const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
-  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
-    const uint8_t e = a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32];
-    // MXFP8 keeps its columnwise copy in the (R, K) layout.
-    return numerics::fp8_to_float<F>(fp8_code(a, r, k, false)) * numerics::e8m0_to_float(e);
+  // MXFP8 keeps its columnwise copy in the (R, K) layout.
+  dequantize_fp8_rows<F, Out>(a, false, [&](int64_t r, float* mult) {
+    for (int64_t k = 0; k < a.cols; ++k)
+      mult[k] = numerics::e8m0_to_float(a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32]);
   });
 }
 
@@ -574,12 +594,13 @@ template <FP8Format F, typename Out>
 void dequantize_fp8_block_typed(const DequantizeArgs& a) {
   const float* scales = static_cast<const float*>(a.scale_inv->data);
   const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
-  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
-    const int64_t rb = r / kFP8Block, kb = k / kFP8Block;
-    float s;
-    if (a.two_d) s = a.columnwise ? scales[kb * stride + rb] : scales[rb * stride + kb];
-    else s = a.columnwise ? scales[rb * stride + k] : scales[kb * stride + r];
-    return numerics::fp8_to_float<F>(fp8_code(a, r, k, a.columnwise)) * s;
+  dequantize_fp8_rows<F, Out>(a, a.columnwise, [&](int64_t r, float* mult) {
+    const int64_t rb = r / kFP8Block;
+    for (int64_t k = 0; k < a.cols; ++k) {
+      const int64_t kb = k / kFP8Block;
+      if (a.two_d) mult[k] = a.columnwise ? scales[kb * stride + rb] : scales[rb * stride + kb];
+      else mult[k] = a.columnwise ? scales[rb * stride + k] : scales[kb * stride + r];
+    }
   });
 }
 
