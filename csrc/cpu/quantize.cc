@@ -430,16 +430,32 @@ struct Nvfp4Copy {
   uint32_t index;  // 0 rowwise, 1 columnwise (the Philox counter's copy bit)
 };
 
-/*! One row of NVFP4 data with round-to-nearest-even (steps 4–5 of §7): per 16-element block
- *  its encode multiplier from the block's scale code, the E2M1 codes, packed two per byte. */
+/*! block_keys[b] = max(block_keys[b], amax keys of the 16 elements of block b) for one row of
+ *  `blocks` 16-element blocks; `keys` holds blocks * 16 entries of scratch. */
 template <typename T>
-TWE_CPU_CLONES void nvfp4_row_rne(const T* c, int64_t blocks, const uint8_t* scales, float s_dec, uint8_t* data) {
+TWE_CPU_CLONES void accumulate_block_keys(const T* c, int64_t blocks, uint32_t* keys, uint32_t* block_keys) {
+  for (int64_t i = 0; i < blocks * kFP4Block; ++i) keys[i] = numerics::amax_key(to_float(c[i]));
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint32_t key = block_keys[b];
+    for (int64_t j = 0; j < kFP4Block; ++j) key = keys[b * kFP4Block + j] > key ? keys[b * kFP4Block + j] : key;
+    block_keys[b] = key;
+  }
+}
+
+/*! One row of NVFP4 data with round-to-nearest-even (steps 4–5 of §7): per 16-element block
+ *  its encode multiplier from the block's scale code (spread over the block in `mult`), the
+ *  E2M1 code of every element, then the codes packed two per byte. `mult` and `codes` hold
+ *  blocks * 16 entries of scratch. */
+template <typename T>
+TWE_CPU_CLONES void nvfp4_row_rne(const T* c, int64_t blocks, const uint8_t* scales, float s_dec, float* mult,
+                                  uint8_t* codes, uint8_t* data) {
+  const int64_t n = blocks * kFP4Block;
   for (int64_t b = 0; b < blocks; ++b) {
     const float m = numerics::nvfp4_encode_multiplier(scales[b], s_dec);
-    uint8_t codes[kFP4Block];
-    for (int64_t j = 0; j < kFP4Block; ++j) codes[j] = numerics::float_to_e2m1(to_float(c[b * kFP4Block + j]) * m);
-    for (int64_t j = 0; j < kFP4Block / 2; ++j) data[b * kFP4Block / 2 + j] = numerics::pack_e2m1(codes[2 * j], codes[2 * j + 1]);
+    for (int64_t j = 0; j < kFP4Block; ++j) mult[b * kFP4Block + j] = m;
   }
+  for (int64_t i = 0; i < n; ++i) codes[i] = numerics::float_to_e2m1(to_float(c[i]) * mult[i]);
+  for (int64_t i = 0; i < n / 2; ++i) data[i] = numerics::pack_e2m1(codes[2 * i], codes[2 * i + 1]);
 }
 
 /*! Quantizes one copy c (rows, cols), row-major: steps 1–5, 7 and 9 of §7. */
@@ -451,23 +467,29 @@ void nvfp4_copy(const T* c, int64_t rows, int64_t cols, bool two_d, const SrStat
   const float factor = numerics::nvfp4_block_scale_factor(s_enc);
   const int64_t blocks = cols / kFP4Block;
   std::fill(out.scales, out.scales + round_up(rows, 128) * out.scale_stride, uint8_t{0});
-  // Block scales: per 1x16 block, or per 16x16 tile written to each of its 16 rows.
+  // Block scales: per 1x16 block, or per 16x16 tile written to each of its 16 rows. The block
+  // amaxes are maxima of amax keys (exact in any grouping), gathered row by row.
   const int64_t scale_rows = two_d ? kFP4Block : 1;
   parallel_for(rows / scale_rows, rows * cols, [&](int64_t begin, int64_t end) {
+    std::vector<uint32_t> keys(static_cast<size_t>(cols));
+    std::vector<uint32_t> block_keys(static_cast<size_t>(blocks));
     for (int64_t rt = begin; rt < end; ++rt) {
+      std::fill(block_keys.begin(), block_keys.end(), 0u);
+      for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r)
+        accumulate_block_keys(c + r * cols, blocks, keys.data(), block_keys.data());
       for (int64_t b = 0; b < blocks; ++b) {
-        float amax = 0.0f;
-        for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r)
-          amax = numerics::amax_update(amax, block_amax(c + r * cols + b * kFP4Block, kFP4Block));
-        const uint8_t code = numerics::nvfp4_block_scale_code(amax, factor);
+        const uint8_t code = numerics::nvfp4_block_scale_code(numerics::bits_to_float(block_keys[b]), factor);
         for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r) out.scales[r * out.scale_stride + b] = code;
       }
     }
   });
   parallel_for(rows, rows * cols, [&](int64_t row_begin, int64_t row_end) {
     if (!sr) {
+      std::vector<float> mult(static_cast<size_t>(cols));
+      std::vector<uint8_t> codes(static_cast<size_t>(cols));
       for (int64_t r = row_begin; r < row_end; ++r)
-        nvfp4_row_rne(c + r * cols, blocks, out.scales + r * out.scale_stride, s_dec, out.data + r * cols / 2);
+        nvfp4_row_rne(c + r * cols, blocks, out.scales + r * out.scale_stride, s_dec, mult.data(), codes.data(),
+                      out.data + r * cols / 2);
       return;
     }
     for (int64_t r = row_begin; r < row_end; ++r) {
