@@ -331,12 +331,13 @@ def check_grouped_weights(num_gemms: int, weights: Any, biases: Any = None) -> N
                  f"{[tuple(b.shape) for b in biases]}")
 
 
-def grouped_quantizers(recipe: Any) -> Any:
+def grouped_quantizers(recipe: Any, *, delayed_ok: bool = True) -> Any:
     """The LinearQuantizers of a GroupedLinear under `recipe` (None: high precision).
 
     Raises:
-        TypeError: a recipe other than per-tensor FP8 current scaling (the one quantized grouped
-            path built so far), or the errors of core.linear.linear_quantizers.
+        TypeError: a recipe whose quantized grouped path is not built (Float8BlockScaling,
+            NVFP4, 2D MXFP8), DelayedScaling where `delayed_ok` is False (a caller without
+            per-expert state), or the errors of core.linear.linear_quantizers.
     """
     if recipe is None:
         return None
@@ -344,12 +345,34 @@ def grouped_quantizers(recipe: Any) -> Any:
 
     qs = linear_quantizers(recipe)
     roles = (qs.input, qs.weight, qs.grad_output)
-    if any(q.scaling_mode not in ("fp8_current", "mxfp8") or getattr(q, "with_2d_quantization", False)
+    if any(q.scaling_mode not in ("fp8_current", "fp8_delayed", "mxfp8") or getattr(q, "with_2d_quantization", False)
            for q in roles):
-        fail(_GROUPED, TypeError, "GroupedLinear runs in high precision or with Float8CurrentScaling or "
-             f"MXFP8BlockScaling; quantized grouped GEMMs for {type(recipe).__name__} are not implemented yet: call it "
-             "outside autocast or in autocast(enabled=False)")
+        fail(_GROUPED, TypeError, "GroupedLinear runs in high precision or with DelayedScaling, Float8CurrentScaling "
+             f"or MXFP8BlockScaling; quantized grouped GEMMs for {type(recipe).__name__} are not implemented yet: call "
+             "it outside autocast or in autocast(enabled=False)")
+    if qs.delayed and not delayed_ok:
+        fail(_GROUPED, TypeError, "DelayedScaling needs per-expert amax histories and scales: use "
+             "twinengine.pytorch.GroupedLinear (buffers), grouped_linear(..., delayed_state=...) or "
+             "twinengine.jax.grouped_dense(..., state=...)")
     return qs
+
+
+def check_grouped_delayed_state(num_gemms: int, history_len: Any, qs: Any, shapes: Any = None) -> None:
+    """A GroupedLinear's DelayedScaling state: fwd_amax_history (L, 2G) (the G inputs' slots,
+    then the G weights'), fwd_scale (2G,), bwd_amax_history (L, G), bwd_scale (G,).
+
+    Raises:
+        ValueError: state missing, of the recipe's wrong length, or of the wrong shapes.
+    """
+    from ..linear import check_delayed_state
+
+    check_delayed_state(history_len, qs)
+    if shapes is not None:
+        want = ((history_len, 2 * num_gemms), (2 * num_gemms,), (history_len, num_gemms), (num_gemms,))
+        if tuple(tuple(s) for s in shapes) != want:
+            fail(_GROUPED, ValueError, "the delayed-scaling state of a GroupedLinear of {} GEMMs must have shapes "
+                 "(fwd_amax_history {}, fwd_scale {}, bwd_amax_history {}, bwd_scale {}), got {}".format(
+                     num_gemms, *want, [tuple(s) for s in shapes]))
 
 
 def _check_fp8(name: str, x: ArrayMeta, rank: int) -> None:

@@ -597,6 +597,31 @@ TweStatus grouped_quantize_fp8_current(const QuantizeArgs& a, const TweTensorVie
   return kTweSuccess;
 }
 
+TweStatus grouped_quantize_fp8_delayed(const QuantizeArgs& a, const TweTensorView& m_splits) {
+  const int32_t* splits = static_cast<const int32_t*>(m_splits.data);
+  const TweQuantizedTensor& o = *a.output;
+  const int64_t k = a.cols;
+  int64_t start = 0;
+  for (int64_t g = 0; g < m_splits.shape[0]; ++g) {
+    const int64_t begin = std::min(start, a.rows);
+    const int64_t end = std::min(start + std::max<int32_t>(splits[g], 0), a.rows);
+    start += std::max<int32_t>(splits[g], 0);
+    const int64_t rows = end - begin;
+    TweTensorView input = view_2d(*a.input, begin * k, rows, k);
+    TweTensorView scale = view_2d(*a.scale, g, 1, 1);
+    TweQuantizedTensor out{};
+    out.rowwise_data = view_2d(o.rowwise_data, begin * k, rows, k);
+    out.rowwise_scale_inv = view_2d(o.rowwise_scale_inv, g, 1, 1);
+    out.columnwise_data = view_2d(o.columnwise_data, begin * k, k, rows);
+    out.columnwise_scale_inv = view_2d(o.columnwise_scale_inv, g, 1, 1);
+    out.amax = view_2d(o.amax, g, 1, 1);
+    QuantizeArgs group{&input, &scale, nullptr, &out, a.params, rows, k, a.stream};
+    const TweStatus st = quantize_fp8_delayed(group);
+    if (st) return st;
+  }
+  return kTweSuccess;
+}
+
 TweStatus grouped_quantize_mxfp8(const QuantizeArgs& a, const TweTensorView& m_splits) {
   const int32_t* splits = static_cast<const int32_t*>(m_splits.data);
   const TweQuantizedTensor& o = *a.output;

@@ -109,6 +109,83 @@ def test_grouped_linear_quantized_matches_per_expert_linear(recipe_name, splits,
         assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), exp_db[g], f"bias grad expert {g}")
 
 
+def _load(layer, w, b):
+    with torch.no_grad():
+        for g in range(w.shape[0]):
+            getattr(layer, f"weight{g}").copy_(to_torch(w[g]))
+            if b is not None:
+                getattr(layer, f"bias{g}").copy_(to_torch(b[g]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("splits", [[5, 3, 20, 4], [0, 0, 28, 0], [1, 13, 0, 14]], ids=str)
+def test_grouped_linear_delayed_scaling_matches_per_expert_linear_over_steps(splits, dtype):
+    """Three steps of DelayedScaling: each expert's output, gradients and amax histories / scales
+    equal a tep.Linear's run on its rows (the state moves, so later steps use non-unit scales)."""
+    recipe = te.recipe.DelayedScaling(amax_history_len=4)
+    torch_dtype = getattr(torch, dtype)
+    G = len(splits)
+    x_np, w, b, dy = _case(splits, dtype, True, seed=11, K=32, N=16)
+    layer = tep.GroupedLinear(G, 32, 16, params_dtype=torch_dtype, amax_history_len=4)
+    _load(layer, w, b)
+    lins = []
+    for g in range(G):
+        lin = tep.Linear(32, 16, params_dtype=torch_dtype, amax_history_len=4)
+        _load_linear = (to_torch(w[g]), to_torch(b[g]))
+        with torch.no_grad():
+            lin.weight.copy_(_load_linear[0])
+            lin.bias.copy_(_load_linear[1])
+        lins.append(lin)
+    for step in range(3):
+        scale = 2.0 ** (3 * step - 3)
+        xs, dys = x_np * np.asarray(scale, x_np.dtype), dy * np.asarray(1.0 / scale, dy.dtype)
+        layer.zero_grad()
+        x = to_torch(xs).requires_grad_()
+        with tep.autocast(recipe=recipe):
+            y = layer(x, torch.tensor(splits))
+        y.backward(to_torch(dys))
+        off = 0
+        for g, size in enumerate(splits):
+            lin = lins[g]
+            lin.zero_grad()
+            if size:
+                xg = to_torch(xs[off:off + size]).requires_grad_()
+                with tep.autocast(recipe=recipe):
+                    yg = lin(xg)
+                yg.backward(to_torch(dys[off:off + size]))
+                assert_bytes_equal(from_torch(y[off:off + size]), from_torch(yg), f"step {step} output {g}")
+                assert_bytes_equal(from_torch(x.grad[off:off + size]), from_torch(xg.grad), f"step {step} dgrad {g}")
+                assert_bytes_equal(from_torch(getattr(layer, f"weight{g}").grad), from_torch(lin.weight.grad),
+                                   f"step {step} wgrad {g}")
+                assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), from_torch(lin.bias.grad),
+                                   f"step {step} bias grad {g}")
+            off += size
+            for name, cols in (("fwd_amax_history", [g, G + g]), ("bwd_amax_history", [g])):
+                if size:
+                    assert_bytes_equal(from_torch(getattr(layer, name)[:, cols]), from_torch(getattr(lin, name)),
+                                       f"step {step} {name} {g}")
+            if size:
+                assert_bytes_equal(from_torch(layer.fwd_scale[[g, G + g]]), from_torch(lin.fwd_scale), f"fwd_scale {g}")
+                assert_bytes_equal(from_torch(layer.bwd_scale[[g]]), from_torch(lin.bwd_scale), f"bwd_scale {g}")
+    assert (layer.fwd_scale != 1).any()
+
+
+def test_grouped_linear_delayed_scaling_state_errors():
+    recipe = te.recipe.DelayedScaling(amax_history_len=4)
+    with tep.autocast(recipe=recipe):
+        with pytest.raises(ValueError, match="twinengine.linear: DelayedScaling\\(amax_history_len=4\\) does not match"):
+            tep.GroupedLinear(2, 16, 16, amax_history_len=8)(torch.ones(4, 16), torch.tensor([2, 2]))
+        with pytest.raises(ValueError, match="twinengine.grouped_linear: the delayed-scaling state of a GroupedLinear "
+                                             "of 2 GEMMs must have shapes"):
+            state = (torch.zeros(4, 2), torch.ones(2), torch.zeros(4, 1), torch.ones(1))
+            tep.grouped_linear(torch.ones(4, 16), [torch.ones(16, 16)] * 2, torch.tensor([2, 2]), delayed_state=state)
+        with pytest.raises(ValueError, match="twinengine.linear: DelayedScaling needs the layer's delayed-scaling"):
+            tep.grouped_linear(torch.ones(4, 16), [torch.ones(16, 16)] * 2, torch.tensor([2, 2]))
+        with pytest.raises(TypeError, match="twinengine.grouped_linear: DelayedScaling needs per-expert amax"):
+            seq = ops.Sequential(ops.GroupedLinear(2, 16, 16))
+            seq(torch.ones(4, 16), torch.tensor([2, 2]))
+
+
 def _fp8_step(layer, x, splits):
     with tep.autocast(recipe=te.recipe.Float8CurrentScaling()):
         return layer(x, splits)
@@ -248,7 +325,7 @@ def test_grouped_linear_rejects_bad_arguments(call, error, match):
 def test_grouped_linear_under_an_unsupported_recipe_raises():
     with tep.autocast(recipe=te.recipe.Float8BlockScaling()):
         with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
-                                            "Float8CurrentScaling or MXFP8BlockScaling"):
+                                            "DelayedScaling, Float8CurrentScaling or MXFP8BlockScaling"):
             tep.GroupedLinear(2, 128, 128)(torch.ones(256, 128), torch.tensor([128, 128]))
 
 
@@ -268,5 +345,7 @@ def test_grouped_kernels_pass_opcheck():
                      (torch.ops.twinengine.grouped_gemm_wgrad, (torch.ones(1, 9), dy, splits, True, "float32")),
                      (torch.ops.twinengine.grouped_linear, (x.clone().requires_grad_(), w.clone().requires_grad_(),
                                                             splits, b.clone().requires_grad_())),
-                     (torch.ops.twinengine.grouped_quantize, (x, splits, te.Float8CurrentScalingQuantizer()))):
+                     (torch.ops.twinengine.grouped_quantize, (x, splits, None, te.Float8CurrentScalingQuantizer())),
+                     (torch.ops.twinengine.grouped_quantize, (x, splits, torch.tensor([2.0, 1.0, 0.5]),
+                                                              te.Float8DelayedScalingQuantizer()))):
         torch.library.opcheck(op, args)

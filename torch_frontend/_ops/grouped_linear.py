@@ -15,6 +15,7 @@ from ...ops.gemm import (
     GROUPED_GEMM_FP8,
     GROUPED_GEMM_WGRAD,
     GROUPED_GEMM_WGRAD_FP8,
+    check_grouped_delayed_state,
     check_grouped_weights,
     check_m_splits,
     grouped_quantizers,
@@ -24,6 +25,7 @@ from ...quantizers import Quantizer
 from ...ops.permute import check_split_values
 from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
 from ..autocast import current_recipe
+from .quantize import record_amax, update_delayed_scaling
 
 Tensor = torch.Tensor
 _OP = "grouped_linear"
@@ -100,13 +102,15 @@ _grouped_linear.register_autograd(_backward, setup_context=_setup)
 # ---- per-tensor FP8 (Float8CurrentScaling): each expert's blocks quantized on their own -----------
 
 @torch.library.custom_op("twinengine::grouped_quantize", mutates_args=())
-def _grouped_quantize(x: Tensor, m_splits: Tensor, quantizer: Quantizer) -> list[Tensor]:
-    return launch(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), quantizer), [x, m_splits], x.device)
+def _grouped_quantize(x: Tensor, m_splits: Tensor, scale: Tensor | None, quantizer: Quantizer) -> list[Tensor]:
+    call = GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), meta(scale), quantizer=quantizer)
+    arrays = {"x": x, "m_splits": m_splits, "scale": scale}
+    return launch(call, [arrays[name] for name in call.inputs], x.device)
 
 
 @_grouped_quantize.register_fake
-def _(x, m_splits, quantizer):
-    return empty_outputs(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), quantizer), x.device)
+def _(x, m_splits, scale, quantizer):
+    return empty_outputs(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), meta(scale), quantizer=quantizer), x.device)
 
 
 @torch.library.custom_op("twinengine::grouped_gemm_fp8", mutates_args=())
@@ -142,17 +146,25 @@ def _(a, a_scale_inv, b, b_scale_inv, m_splits, scaling_mode, out_dtype):
 
 
 def _grouped_linear_fp8_body(x: Tensor, weight: Tensor, m_splits: Tensor, bias: Tensor | None, q_input: Quantizer,
-                             q_weight: Quantizer, q_grad: Quantizer) -> list[Tensor]:
-    """[y, x columnwise data, its scales, weight columnwise data, its scales] (the copies the
-    backward needs are outputs, so the context saves them)."""
+                             q_weight: Quantizer, q_grad: Quantizer, fwd_scale: Tensor | None,
+                             bwd_scale: Tensor | None, bwd_history: Tensor | None, margin: int,
+                             amax_compute_algo: str) -> list[Tensor]:
+    """[y, x columnwise data, its scales, weight columnwise data, its scales, amax (2G,)] (the
+    copies the backward needs are outputs, so the context saves them). DelayedScaling
+    (fwd_scale (2G,) given: inputs' scales, then weights'): amax holds the G input amaxes,
+    then the G weight amaxes; otherwise zeros."""
     groups, n, k = weight.shape
-    x_row, x_row_s, x_col, x_col_s = torch.ops.twinengine.grouped_quantize(x, m_splits, q_input)[:4]
+    delayed = fwd_scale is not None
+    x_row, x_row_s, x_col, x_col_s, *x_amax = torch.ops.twinengine.grouped_quantize(
+        x, m_splits, fwd_scale[:groups] if delayed else None, q_input)
     w_splits = torch.full((groups,), n, dtype=torch.int32, device=x.device)
-    w_row, w_row_s, w_col, w_col_s = torch.ops.twinengine.grouped_quantize(weight.reshape(groups * n, k), w_splits,
-                                                                           q_weight)[:4]
+    w_row, w_row_s, w_col, w_col_s, *w_amax = torch.ops.twinengine.grouped_quantize(
+        weight.reshape(groups * n, k), w_splits, fwd_scale[groups:] if delayed else None, q_weight)
     y = torch.ops.twinengine.grouped_gemm_fp8(x_row, x_row_s, w_row.view(groups, n, k), w_row_s, m_splits, bias,
                                               q_input.scaling_mode, True, dtype_name(x.dtype))
-    return [y, x_col, x_col_s, w_col, w_col_s]
+    amax = (torch.cat([x_amax[0], w_amax[0]]) if delayed
+            else torch.zeros(2 * groups, dtype=torch.float32, device=x.device))
+    return [y, x_col, x_col_s, w_col, w_col_s, amax]
 
 
 _grouped_linear_fp8 = torch.library.custom_op("twinengine::grouped_linear_fp8", mutates_args=())(
@@ -161,23 +173,34 @@ _grouped_linear_fp8.register_fake(_grouped_linear_fp8_body)
 
 
 def _fp8_setup(ctx, inputs, output):
-    x, weight, m_splits, bias, _, _, q_grad = inputs
-    _, x_col, x_col_s, w_col, w_col_s = output
-    ctx.save_for_backward(x_col, x_col_s, w_col, w_col_s, m_splits)
+    x, weight, m_splits, bias, _, _, q_grad, _, bwd_scale, bwd_history, margin, algo = inputs
+    _, x_col, x_col_s, w_col, w_col_s, amax = output
+    ctx.mark_non_differentiable(x_col, x_col_s, w_col, w_col_s, amax)
+    ctx.save_for_backward(x_col, x_col_s, w_col, w_col_s, m_splits, bwd_scale, bwd_history)
     ctx.q_grad, ctx.shape = q_grad, tuple(weight.shape)
     ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+    ctx.delayed = (margin, algo)
 
 
-def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtypes: tuple
-                 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(dx, dweight (G, N, K), dbias or None) of the Float8CurrentScaling path from the saved
-    (x columnwise data, its scales, weight columnwise data, its scales, m_splits)."""
-    x_col, x_col_s, w_col, w_col_s, m_splits = saved
+def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtypes: tuple,
+                 delayed: tuple = (0, "max")) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(dx, dweight (G, N, K), dbias or None) of the per-expert FP8 path from the saved
+    (x columnwise data, its scales, weight columnwise data, its scales, m_splits[, bwd_scale
+    (G,), bwd_amax_history (L, G)]); DelayedScaling (bwd_scale given): dy's blocks use the
+    grad slots' scales and the slots' history and scale are updated in place (NUMERICS.md §3)."""
+    x_col, x_col_s, w_col, w_col_s, m_splits, *state = saved
+    bwd_scale, bwd_history = state if state else (None, None)
     groups, n, k = shape
     x_dtype, w_dtype, b_dtype = dtypes
     rows = dy.shape[0]
     mode = q_grad.scaling_mode
-    d_row, d_row_s, d_col, d_col_s = torch.ops.twinengine.grouped_quantize(dy, m_splits, q_grad)[:4]
+    d_row, d_row_s, d_col, d_col_s, *d_amax = torch.ops.twinengine.grouped_quantize(dy, m_splits, bwd_scale, q_grad)
+    if bwd_scale is not None:
+        margin, algo = delayed
+        new_history, new_scale = update_delayed_scaling(record_amax(bwd_history, d_amax[0]), bwd_scale,
+                                                        q_grad.fp8_dtype, margin=margin, amax_compute_algo=algo)
+        bwd_history.copy_(new_history)
+        bwd_scale.copy_(new_scale)
     if mode == "mxfp8":  # columnwise copies keep the (rows, cols) layout
         w_b, d_a, x_b = w_col.view(groups, n, k), d_col, x_col
     else:  # per-tensor FP8: transposed copies, block after block
@@ -192,8 +215,8 @@ def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtyp
 
 
 def _fp8_backward(ctx, grads):
-    dx, dw, db = fp8_backward(grads[0], ctx.saved_tensors, ctx.q_grad, ctx.shape, ctx.dtypes)
-    return dx, dw, None, db, None, None, None
+    dx, dw, db = fp8_backward(grads[0], ctx.saved_tensors, ctx.q_grad, ctx.shape, ctx.dtypes, ctx.delayed)
+    return (dx, dw, None, db) + (None,) * 8
 
 
 _grouped_linear_fp8.register_autograd(_fp8_backward, setup_context=_fp8_setup)
@@ -214,7 +237,8 @@ def prepare_m_splits(op: str, m_splits: Tensor | Sequence[int], num_gemms: int, 
 
 
 def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequence[int],
-                   biases: Sequence[Tensor] | None = None) -> Tensor:
+                   biases: Sequence[Tensor] | None = None, *,
+                   delayed_state: tuple[Tensor, Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """y[rows_g] = x[rows_g] · weights[g]ᵀ (+ biases[g]) for the G consecutive row blocks of
     ``m_splits`` (TE's GroupedLinear), one grouped kernel per GEMM phase.
 
@@ -222,17 +246,24 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
         biases G × (N,); m_splits (G,) (a tensor — read by the kernels, so a new split neither
         syncs nor recompiles — or a list of ints); rows past Σ m_splits are padding (output 0,
         gradient 0), as the static buffers of moe_permute_and_pad_with_probs end; y (..., N).
+        delayed_state (DelayedScaling only): (fwd_amax_history (L, 2G) — the G inputs' slots,
+        then the G weights' —, fwd_scale (2G,), bwd_amax_history (L, G), bwd_scale (G,)),
+        updated in place: the forward slots after the forward, the grad slots in the backward.
+        Expert g's slots (columns g and G+g forward, g backward) are exactly the state of a
+        ``twinengine.pytorch.Linear`` run on its rows.
     Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
     Numerics: each group's rows give exactly the bytes of ``twinengine.pytorch.linear`` on
         those rows with that group's weight (output, dx, dweight, dbias); empty groups give
-        zero weight gradients. Inside ``autocast(Float8CurrentScaling | MXFP8BlockScaling)``
-        each expert's input rows, weight and gradient rows are quantized on their own
-        (per-tensor scales per expert, MXFP8 blocks per expert; CPU only; MXFP8 needs every
-        split a multiple of 32), again exactly the per-expert Linear's bytes.
+        zero weight gradients. Inside ``autocast(DelayedScaling | Float8CurrentScaling |
+        MXFP8BlockScaling)`` each expert's input rows, weight and gradient rows are quantized on
+        their own (per-tensor scales per expert, MXFP8 blocks per expert; CPU only; MXFP8 needs
+        every split a multiple of 32), again exactly the per-expert Linear's bytes (and, for
+        DelayedScaling, its state updates).
     Raises:
         TypeError / ValueError: from core — wrong number of weights/biases, m_splits not a 1-D
-            int tensor of G entries, shapes; eagerly on CPU also Σ m_splits > rows or a negative
-            split; TypeError inside an autocast region with another recipe.
+            int tensor of G entries, shapes, delayed state missing or misshapen; eagerly on CPU
+            also Σ m_splits > rows or a negative split; TypeError inside an autocast region
+            with a recipe whose grouped path is not built.
     """
     qs = grouped_quantizers(current_recipe())
     num_gemms = len(m_splits) if not isinstance(m_splits, torch.Tensor) else m_splits.shape[0]
@@ -245,6 +276,18 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
     bias = None if biases is None else torch.stack(list(biases))
     if qs is None:
         y = torch.ops.twinengine.grouped_linear(x2, weight, splits, bias)
-    else:
-        y = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, qs.input, qs.weight, qs.grad_output)[0]
+        return y.reshape(*x.shape[:-1], weight.shape[1])
+    fwd_history = fwd_scale = bwd_history = bwd_scale = None
+    if qs.delayed:
+        check_grouped_delayed_state(num_gemms, None if delayed_state is None else delayed_state[0].shape[0], qs,
+                                    [t.shape for t in delayed_state] if delayed_state is not None else None)
+        fwd_history, fwd_scale, bwd_history, bwd_scale = delayed_state
+    y, *_, amax = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, qs.input, qs.weight,
+                                                          qs.grad_output, fwd_scale, bwd_scale, bwd_history,
+                                                          qs.margin, qs.amax_compute_algo)
+    if qs.delayed:
+        new_history, new_scale = update_delayed_scaling(record_amax(fwd_history, amax), fwd_scale, qs.fwd_fp8_dtype,
+                                                        margin=qs.margin, amax_compute_algo=qs.amax_compute_algo)
+        fwd_history.copy_(new_history)
+        fwd_scale.copy_(new_scale)
     return y.reshape(*x.shape[:-1], weight.shape[1])

@@ -54,7 +54,7 @@ class GroupedLinear(BasicOperation):
         return OpDesc("user", "GroupedLinear")
 
     def op_call(self, recipe):
-        return {"quantizers": grouped_quantizers(recipe)}, {}
+        return {"quantizers": grouped_quantizers(recipe, delayed_ok=False)}, {}
 
     def op_forward_compute(self, x, params, *, quantizers=None, extra_inputs=()):
         (m_splits,) = extra_inputs
@@ -68,8 +68,9 @@ class GroupedLinear(BasicOperation):
             y = grouped_fprop(x2, weight, splits, bias)
             saved.update(x=x2, weight=weight, m_splits=splits)
         else:
-            y, *copies = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, quantizers.input,
-                                                                 quantizers.weight, quantizers.grad_output)
+            y, *copies, _ = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, quantizers.input,
+                                                                    quantizers.weight, quantizers.grad_output, None,
+                                                                    None, None, 0, "max")
             saved.update(copies=(*copies, splits), shape=tuple(weight.shape),
                          dtypes=(x.dtype, weight.dtype, saved["bias_dtype"]))
         return y.reshape(*x.shape[:-1], self.out_features), saved

@@ -215,6 +215,21 @@ typedef struct {
 TweStatus twe_grouped_quantize_fp8_current(const TweTensorView* input, const TweTensorView* m_splits,
                                            TweQuantizedTensor* output, const TweQuantizeParams* params, void* stream);
 
+/*! \brief Delayed-scaling FP8 (§3) of G consecutive row blocks, each with its own scale: block g
+ *  (m_splits[g] rows) gets exactly the bytes twe_quantize_fp8_delayed gives that block alone with
+ *  scale[g] (an empty block: amax 0, scale_inv 1/scale[g]). Outputs as
+ *  twe_grouped_quantize_fp8_current. CPU only (the block sizes are read on the host).
+ *  \param[in]     input     fp32/bf16/fp16 (R, K).
+ *  \param[in]     m_splits  int32 (G,).
+ *  \param[in]     scale     fp32 (G,): block g is cast as x·scale[g].
+ *  \param[in,out] output    as twe_grouped_quantize_fp8_current (amax: each block's unscaled amax).
+ *  \param[in]     params    format.
+ *  \param[in]     stream    ignored (CPU).
+ */
+TweStatus twe_grouped_quantize_fp8_delayed(const TweTensorView* input, const TweTensorView* m_splits,
+                                           const TweTensorView* scale, TweQuantizedTensor* output,
+                                           const TweQuantizeParams* params, void* stream);
+
 /*! \brief MXFP8 (§5) of G consecutive row blocks, each on its own: block g (m_splits[g] rows, a
  *  multiple of 32) gets exactly the bytes twe_quantize_mxfp8 gives that block alone. Data is
  *  (R, K) for both copies; each block's scales sit in their own region: rowwise at scale row
