@@ -88,7 +88,7 @@ def test_grouped_dense_rejects_bad_arguments(call, error, match):
 def test_grouped_dense_under_an_unsupported_recipe_raises():
     with tej.autocast(te.recipe.Float8BlockScaling()):
         with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
-                                            "Float8CurrentScaling"):
+                                            "DelayedScaling, Float8CurrentScaling"):
             tej.grouped_dense(jnp.ones((64, 32)), jnp.ones((2, 32, 32)), jnp.asarray([32, 32]))
 
 
@@ -117,3 +117,65 @@ def test_grouped_dense_quantized_matches_per_group_dense(recipe_name, splits):
         for name, got, exp in (("output", y[rows], yg), ("dgrad", dx[rows], dxg), ("wgrad", dk[g], dkg),
                                ("bias grad", db[g], dbg)):
             assert_bytes_equal(np.asarray(got), np.asarray(exp), f"{name} {g}")
+
+
+def test_grouped_dense_delayed_scaling_matches_per_group_dense_over_steps():
+    """Three jitted DelayedScaling steps with changing splits (one compile): each group's output,
+    gradients and state slots equal tej.dense with its own state on its rows (empty groups
+    included: their slots move on as a dense's on one zero row — input and grad amax 0)."""
+    recipe = te.recipe.DelayedScaling(amax_history_len=4)
+    G, K, N = 4, 32, 16
+
+    def grouped(x, k, s, b, state):
+        with tej.autocast(recipe):
+            return tej.grouped_dense(x, k, s, b, state=state)
+
+    def step(x, k, s, b, state, dy):
+        (y, _), vjp = jax.vjp(lambda x, k, b, st: grouped(x, k, s, b, st), x, k, b, state)
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, state)
+        dx, dk, db, new_state = vjp((dy, zeros))
+        return y, dx, dk, db, new_state
+
+    def dense_step(x, k, b, state, dy):
+        (y, _), vjp = jax.vjp(lambda x, k, b, st: tej.dense(x, k, b, recipe=recipe, state=st), x, k, b, state)
+        return (y,) + vjp((dy, jax.tree_util.tree_map(jnp.zeros_like, state)))
+
+    jitted = jax.jit(step)
+    state = tej.grouped_delayed_scaling_state(G, 4)
+    states = [tej.delayed_scaling_state(4) for _ in range(G)]
+    _, k, b, _ = _case([28], "bfloat16", seed=3, K=K, N=N)
+    k = jnp.stack([k[0] * (g + 1) for g in range(G)])
+    b = jnp.stack([b[0]] * G)
+    for i, splits in enumerate(([5, 3, 20, 4], [0, 0, 32, 0], [1, 13, 0, 18])):
+        x, _, _, dy = _case(splits, "bfloat16", seed=10 + i, K=K, N=N)
+        x = x * np.asarray(4.0 ** i, x.dtype)
+        y, dx, dk, db, state = jitted(x, k, jnp.asarray(splits, jnp.int32), b, state, dy)
+        off = 0
+        for g, size in enumerate(splits):
+            rows = slice(off, off + size)
+            off += size
+            if size == 0:  # its slots still move on with input and grad amax 0: dense on one zero row
+                zero = np.zeros((1, K), x.dtype)
+                *_, states[g] = dense_step(zero, k[g], b[g], states[g], np.zeros((1, N), dy.dtype))
+                assert not np.asarray(dk[g]).astype(np.float32).any()
+            else:
+                yg, dxg, dkg, dbg, states[g] = dense_step(x[rows], k[g], b[g], states[g], dy[rows])
+            for name, got, exp in (("output", y[rows], yg), ("dgrad", dx[rows], dxg), ("wgrad", dk[g], dkg),
+                                   ("bias grad", db[g], dbg)) if size else ():
+                assert_bytes_equal(np.asarray(got), np.asarray(exp), f"step {i} {name} {g}")
+            for name, cols in (("fwd_amax_history", [g, G + g]), ("fwd_scale", [g, G + g]),
+                               ("bwd_amax_history", [g]), ("bwd_scale", [g])):
+                assert_bytes_equal(np.asarray(state[name][..., cols]), np.asarray(states[g][name]),
+                                   f"step {i} {name} {g}")
+    assert jitted._cache_size() == 1
+    assert (np.asarray(state["fwd_scale"]) != 1).any()
+
+
+def test_grouped_dense_delayed_scaling_needs_state():
+    with tej.autocast(te.recipe.DelayedScaling(amax_history_len=4)):
+        with pytest.raises(ValueError, match="twinengine.linear: DelayedScaling needs the layer's delayed-scaling"):
+            tej.grouped_dense(jnp.ones((4, 16)), jnp.ones((2, 16, 16)), jnp.asarray([2, 2]))
+        with pytest.raises(ValueError, match="twinengine.grouped_linear: the delayed-scaling state of a GroupedLinear "
+                                             "of 2 GEMMs must have shapes"):
+            tej.grouped_dense(jnp.ones((4, 16)), jnp.ones((2, 16, 16)), jnp.asarray([2, 2]),
+                              state=tej.delayed_scaling_state(4))

@@ -3,12 +3,14 @@ tej.grouped_dense (jitted) give identical outputs and gradients, and the same er
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import NUMPY_DTYPES, assert_bytes_equal, from_torch, to_torch
+from helpers import NUMPY_DTYPES, assert_bytes_equal, from_torch, no_recompiles, to_torch
 
 import twinengine as te
 import twinengine.jax as tej
@@ -58,3 +60,68 @@ def test_grouped_linear_errors_have_the_same_text():
             call()
         messages.append(str(err.value))
     assert messages[0] == messages[1] and messages[2] == messages[3]
+
+
+def _delayed_torch_step(layer, x, splits, recipe):
+    with tep.autocast(recipe=recipe):
+        return layer(x, splits)
+
+
+def test_grouped_linear_delayed_scaling_torch_eager_compiled_and_jax_agree():
+    """Three DelayedScaling steps with changing splits: tep.GroupedLinear eager, compiled
+    (fullgraph, m_splits a tensor: no recompile after the first step) and jitted
+    tej.grouped_dense with its functional state give identical outputs, gradients and state."""
+    recipe = te.recipe.DelayedScaling(amax_history_len=4)
+    rng = np.random.default_rng(4)
+    bf16 = NUMPY_DTYPES["bfloat16"]
+    G, K, N = 4, 32, 16
+    w = (rng.standard_normal((G, N, K)) * 0.2).astype(np.float32).astype(bf16)
+    b = rng.standard_normal((G, N)).astype(np.float32).astype(bf16)
+    steps = ([5, 3, 20, 4], [0, 0, 32, 0], [1, 13, 0, 18])
+    data = [((rng.standard_normal((32, K)) * 4.0 ** i).astype(np.float32).astype(bf16),
+             rng.standard_normal((32, N)).astype(np.float32).astype(bf16)) for i in range(len(steps))]
+    fields = ("fwd_amax_history", "fwd_scale", "bwd_amax_history", "bwd_scale")
+    runs = []
+    compiled = torch.compile(_delayed_torch_step, fullgraph=True)
+    for fn in (_delayed_torch_step, compiled):
+        layer = tep.GroupedLinear(G, K, N, params_dtype=torch.bfloat16, amax_history_len=4)
+        with torch.no_grad():
+            for g in range(G):
+                getattr(layer, f"weight{g}").copy_(to_torch(w[g]))
+                getattr(layer, f"bias{g}").copy_(to_torch(b[g]))
+        run = []
+        for i, (splits, (x_np, dy_np)) in enumerate(zip(steps, data)):
+            layer.zero_grad()
+            x = to_torch(x_np).requires_grad_()
+            ctx = no_recompiles() if fn is compiled and i > 0 else contextlib.nullcontext()
+            with ctx:
+                y = fn(layer, x, torch.tensor(splits, dtype=torch.int32), recipe)
+                y.backward(to_torch(dy_np))
+            run.append([from_torch(y), from_torch(x.grad),
+                        np.stack([from_torch(getattr(layer, f"weight{g}").grad) for g in range(G)]),
+                        np.stack([from_torch(getattr(layer, f"bias{g}").grad) for g in range(G)])]
+                       + [from_torch(getattr(layer, f).clone()) for f in fields])
+        runs.append(run)
+
+    def jax_step(x, k, s, bias, state, dy):
+        def f(x, k, bias, st):
+            with tej.autocast(recipe):
+                return tej.grouped_dense(x, k, s, bias, state=st)
+        (y, _), vjp = jax.vjp(f, x, k, bias, state)
+        dx, dk, db, new_state = vjp((dy, jax.tree_util.tree_map(jnp.zeros_like, state)))
+        return y, dx, dk, db, new_state
+
+    jitted = jax.jit(jax_step)
+    state = tej.grouped_delayed_scaling_state(G, 4)
+    run = []
+    for splits, (x_np, dy_np) in zip(steps, data):
+        y, dx, dk, db, state = jitted(x_np, np.transpose(w, (0, 2, 1)), jnp.asarray(splits, jnp.int32), b, state,
+                                      dy_np)
+        run.append([np.asarray(y), np.asarray(dx), np.transpose(np.asarray(dk), (0, 2, 1)), np.asarray(db)]
+                   + [np.asarray(state[f]) for f in fields])
+    runs.append(run)
+    assert jitted._cache_size() == 1
+    for name, other in (("compiled", runs[1]), ("jax", runs[2])):
+        for i, (got_step, exp_step) in enumerate(zip(other, runs[0])):
+            for j, (got, exp) in enumerate(zip(got_step, exp_step)):
+                assert_bytes_equal(got, exp, f"{name} step {i} result {j}")
