@@ -179,3 +179,39 @@ def test_grouped_dense_delayed_scaling_needs_state():
                                              "of 2 GEMMs must have shapes"):
             tej.grouped_dense(jnp.ones((4, 16)), jnp.ones((2, 16, 16)), jnp.asarray([2, 2]),
                               state=tej.delayed_scaling_state(4))
+
+
+def test_flax_grouped_dense_delayed_scaling_state_in_fp8_meta():
+    """The Flax module keeps the per-expert DelayedScaling state in "fp8_meta": two training
+    steps (next state = gradient wrt the collection) equal the functional grouped_dense's."""
+    from twinengine.jax.flax import GroupedDense
+    recipe = te.recipe.DelayedScaling(amax_history_len=4)
+    x, _, _, dy = _case([8, 0, 24], "bfloat16", seed=5, K=32, N=16)
+    splits = jnp.asarray([8, 0, 24])
+    module = GroupedDense(num_gemms=3, features=16, param_dtype=jnp.bfloat16)
+    with tej.autocast(recipe):
+        variables = module.init(jax.random.PRNGKey(0), x, splits)
+    params, meta = variables["params"], variables["fp8_meta"]
+    assert meta["delayed_scaling"]["fwd_amax_history"].shape == (4, 6)
+
+    def loss(params, meta):
+        with tej.autocast(recipe):
+            y = module.apply({"params": params, "fp8_meta": meta}, x, splits)
+        return (y.astype(jnp.float32) * dy.astype(np.float32)).sum()
+
+    def ref_loss(kernel, bias, state):
+        with tej.autocast(recipe):
+            y, _ = tej.grouped_dense(x, kernel, splits, bias, state=state)
+        return (y.astype(jnp.float32) * dy.astype(np.float32)).sum()
+
+    state = tej.grouped_delayed_scaling_state(3, 4)
+    step = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    ref_step = jax.jit(jax.grad(ref_loss, argnums=(0, 1, 2)))
+    for _ in range(2):
+        (grads, meta) = step(params, meta)
+        dk, db, state = ref_step(params["kernel"], params["bias"], state)
+        assert_bytes_equal(np.asarray(grads["kernel"]), np.asarray(dk), "kernel grad")
+        assert_bytes_equal(np.asarray(grads["bias"]), np.asarray(db), "bias grad")
+        for name in state:
+            assert_bytes_equal(np.asarray(meta["delayed_scaling"][name]), np.asarray(state[name]), name)
+    assert (np.asarray(state["fwd_scale"]) != 1).any()
