@@ -184,6 +184,60 @@ def test_grouped_linear_delayed_scaling_matches_per_expert_linear_over_steps(dty
     assert (layer.fwd_scale != 1).any()
 
 
+@pytest.mark.parametrize("recipe_name", ["Float8CurrentScaling", "DelayedScaling", "MXFP8BlockScaling"])
+def test_grouped_linear_weight_caching_matches_per_expert_linear(recipe_name):
+    """is_first_microbatch=True quantizes the expert weights, False reuses them after the
+    weights changed: each expert equals a tep.Linear with the same flags (outputs, gradients,
+    DelayedScaling state: weight amax 0 on the cached micro-batch)."""
+    recipe = (te.recipe.DelayedScaling(amax_history_len=4) if recipe_name == "DelayedScaling"
+              else getattr(te.recipe, recipe_name)())
+    splits = [32, 64, 32]
+    G, K, N = 3, 32, 32
+    _, w, b, _ = _case([1] * G, "bfloat16", True, seed=13, K=K, N=N)
+    layer = tep.GroupedLinear(G, K, N, params_dtype=torch.bfloat16, amax_history_len=4)
+    _load(layer, w, b)
+    lins = []
+    for g in range(G):
+        lin = tep.Linear(K, N, params_dtype=torch.bfloat16, amax_history_len=4)
+        with torch.no_grad():
+            lin.weight.copy_(to_torch(w[g]))
+            lin.bias.copy_(to_torch(b[g]))
+        lins.append(lin)
+    for mb, first in enumerate((True, False, False)):
+        xs, _, _, dys = _case(splits, "bfloat16", True, seed=30 + mb, K=K, N=N)
+        layer.zero_grad()
+        x = to_torch(xs).requires_grad_()
+        with tep.autocast(recipe=recipe):
+            y = layer(x, torch.tensor(splits), is_first_microbatch=first)
+        y.backward(to_torch(dys))
+        off = 0
+        for g, size in enumerate(splits):
+            lin = lins[g]
+            lin.zero_grad()
+            xg = to_torch(xs[off:off + size]).requires_grad_()
+            with tep.autocast(recipe=recipe):
+                yg = lin(xg, is_first_microbatch=first)
+            yg.backward(to_torch(dys[off:off + size]))
+            assert_bytes_equal(from_torch(y[off:off + size]), from_torch(yg), f"mb {mb} output {g}")
+            assert_bytes_equal(from_torch(x.grad[off:off + size]), from_torch(xg.grad), f"mb {mb} dgrad {g}")
+            assert_bytes_equal(from_torch(getattr(layer, f"weight{g}").grad), from_torch(lin.weight.grad),
+                               f"mb {mb} wgrad {g}")
+            for name, cols in (("fwd_amax_history", [g, G + g]), ("fwd_scale", [g, G + g]),
+                               ("bwd_amax_history", [g]), ("bwd_scale", [g])):
+                assert_bytes_equal(from_torch(getattr(layer, name)[..., cols]), from_torch(getattr(lin, name)),
+                                   f"mb {mb} {name} {g}")
+            off += size
+        with torch.no_grad():  # an optimizer step between micro-batches: the caches keep the old weights
+            for g in range(G):
+                getattr(layer, f"weight{g}").mul_(2)
+                lins[g].weight.mul_(2)
+    with tep.autocast(recipe=recipe):
+        x = to_torch(xs)
+        cached = layer(x, torch.tensor(splits), is_first_microbatch=False)
+        fresh = layer(x, torch.tensor(splits))
+    assert not torch.equal(cached, fresh)
+
+
 def test_grouped_linear_delayed_scaling_state_errors():
     recipe = te.recipe.DelayedScaling(amax_history_len=4)
     with tep.autocast(recipe=recipe):

@@ -148,22 +148,34 @@ def _(a, a_scale_inv, b, b_scale_inv, m_splits, scaling_mode, out_dtype):
 def _grouped_linear_fp8_body(x: Tensor, weight: Tensor, m_splits: Tensor, bias: Tensor | None, q_input: Quantizer,
                              q_weight: Quantizer, q_grad: Quantizer, fwd_scale: Tensor | None,
                              bwd_scale: Tensor | None, bwd_history: Tensor | None, margin: int,
-                             amax_compute_algo: str) -> list[Tensor]:
+                             amax_compute_algo: str, w_rowwise_data: Tensor | None = None,
+                             w_rowwise_scale_inv: Tensor | None = None, w_columnwise_data: Tensor | None = None,
+                             w_columnwise_scale_inv: Tensor | None = None) -> list[Tensor]:
     """[y, x columnwise data, its scales, weight columnwise data, its scales, amax (2G,)] (the
     copies the backward needs are outputs, so the context saves them). DelayedScaling
     (fwd_scale (2G,) given: inputs' scales, then weights'): amax holds the G input amaxes,
-    then the G weight amaxes; otherwise zeros."""
+    then the G weight amaxes; otherwise zeros. Given weight copies (the four outputs of the
+    weight's grouped_quantize: FP8 weight caching) are used instead of quantizing `weight`;
+    their weight amaxes are then 0 (as tep.Linear's with a cached weight) and the returned
+    weight copies empty (the backward reads the given ones)."""
     groups, n, k = weight.shape
     delayed = fwd_scale is not None
+    cached = w_rowwise_data is not None
     x_row, x_row_s, x_col, x_col_s, *x_amax = torch.ops.twinengine.grouped_quantize(
         x, m_splits, fwd_scale[:groups] if delayed else None, q_input)
-    w_splits = torch.full((groups,), n, dtype=torch.int32, device=x.device)
-    w_row, w_row_s, w_col, w_col_s, *w_amax = torch.ops.twinengine.grouped_quantize(
-        weight.reshape(groups * n, k), w_splits, fwd_scale[groups:] if delayed else None, q_weight)
+    zeros = torch.zeros(groups, dtype=torch.float32, device=x.device)
+    if cached:
+        w_row, w_row_s, w_col, w_col_s = w_rowwise_data, w_rowwise_scale_inv, w_columnwise_data, w_columnwise_scale_inv
+        w_amax = [zeros]
+    else:
+        w_splits = torch.full((groups,), n, dtype=torch.int32, device=x.device)
+        w_row, w_row_s, w_col, w_col_s, *w_amax = torch.ops.twinengine.grouped_quantize(
+            weight.reshape(groups * n, k), w_splits, fwd_scale[groups:] if delayed else None, q_weight)
     y = torch.ops.twinengine.grouped_gemm_fp8(x_row, x_row_s, w_row.view(groups, n, k), w_row_s, m_splits, bias,
                                               q_input.scaling_mode, True, dtype_name(x.dtype))
-    amax = (torch.cat([x_amax[0], w_amax[0]]) if delayed
-            else torch.zeros(2 * groups, dtype=torch.float32, device=x.device))
+    amax = torch.cat([x_amax[0], w_amax[0]]) if delayed else torch.cat([zeros, zeros])
+    if cached:  # an op must not return its inputs
+        w_col, w_col_s = (torch.empty(0, dtype=t.dtype, device=x.device) for t in (w_col, w_col_s))
     return [y, x_col, x_col_s, w_col, w_col_s, amax]
 
 
@@ -173,9 +185,15 @@ _grouped_linear_fp8.register_fake(_grouped_linear_fp8_body)
 
 
 def _fp8_setup(ctx, inputs, output):
-    x, weight, m_splits, bias, _, _, q_grad, _, bwd_scale, bwd_history, margin, algo = inputs
+    (x, weight, m_splits, bias, _, _, q_grad, _, bwd_scale, bwd_history, margin, algo, *cache) = inputs
+    given_w_col, given_w_col_s = (cache + [None] * 4)[2:4]
+    # The dispatcher drops trailing arguments equal to their defaults (the weight-cache Nones);
+    # the backward returns one gradient per argument it kept.
+    ctx.num_inputs = 12 + max([i + 1 for i, t in enumerate(cache) if t is not None], default=0)
     _, x_col, x_col_s, w_col, w_col_s, amax = output
     ctx.mark_non_differentiable(x_col, x_col_s, w_col, w_col_s, amax)
+    if given_w_col is not None:
+        w_col, w_col_s = given_w_col, given_w_col_s
     ctx.save_for_backward(x_col, x_col_s, w_col, w_col_s, m_splits, bwd_scale, bwd_history)
     ctx.q_grad, ctx.shape = q_grad, tuple(weight.shape)
     ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
@@ -216,7 +234,7 @@ def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtyp
 
 def _fp8_backward(ctx, grads):
     dx, dw, db = fp8_backward(grads[0], ctx.saved_tensors, ctx.q_grad, ctx.shape, ctx.dtypes, ctx.delayed)
-    return (dx, dw, None, db) + (None,) * 8
+    return (dx, dw, None, db) + (None,) * (ctx.num_inputs - 4)
 
 
 _grouped_linear_fp8.register_autograd(_fp8_backward, setup_context=_fp8_setup)
@@ -238,7 +256,8 @@ def prepare_m_splits(op: str, m_splits: Tensor | Sequence[int], num_gemms: int, 
 
 def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequence[int],
                    biases: Sequence[Tensor] | None = None, *,
-                   delayed_state: tuple[Tensor, Tensor, Tensor, Tensor] | None = None) -> Tensor:
+                   delayed_state: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
+                   weight_cache: Sequence[Tensor] | None = None) -> Tensor:
     """y[rows_g] = x[rows_g] · weights[g]ᵀ (+ biases[g]) for the G consecutive row blocks of
     ``m_splits`` (TE's GroupedLinear), one grouped kernel per GEMM phase.
 
@@ -250,7 +269,11 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
         then the G weights' —, fwd_scale (2G,), bwd_amax_history (L, G), bwd_scale (G,)),
         updated in place: the forward slots after the forward, the grad slots in the backward.
         Expert g's slots (columns g and G+g forward, g backward) are exactly the state of a
-        ``twinengine.pytorch.Linear`` run on its rows.
+        ``twinengine.pytorch.Linear`` run on its rows. weight_cache: the four tensors of
+        ``grouped_weight_copies`` made under the active recipe, used instead of quantizing the
+        weights (FP8 weight caching across micro-batches, ``GroupedLinear(...,
+        is_first_microbatch=...)``; the weights still get their gradients; DelayedScaling
+        records weight amax 0, as tep.Linear with a cached weight).
     Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
     Numerics: each group's rows give exactly the bytes of ``twinengine.pytorch.linear`` on
         those rows with that group's weight (output, dx, dweight, dbias); empty groups give
@@ -266,6 +289,9 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
             with a recipe whose grouped path is not built.
     """
     qs = grouped_quantizers(current_recipe())
+    if qs is None and weight_cache is not None:
+        raise TypeError("twinengine.grouped_linear: a weight_cache needs an active twinengine.pytorch.autocast(recipe=...) "
+                        "region")
     num_gemms = len(m_splits) if not isinstance(m_splits, torch.Tensor) else m_splits.shape[0]
     check_grouped_weights(num_gemms, weights, biases)
     for name, t in (("x", x), ("weight0", weights[0])):
@@ -282,12 +308,25 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
         check_grouped_delayed_state(num_gemms, None if delayed_state is None else delayed_state[0].shape[0], qs,
                                     [t.shape for t in delayed_state] if delayed_state is not None else None)
         fwd_history, fwd_scale, bwd_history, bwd_scale = delayed_state
+    cache = tuple(weight_cache) if weight_cache is not None else (None,) * 4
     y, *_, amax = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, qs.input, qs.weight,
                                                           qs.grad_output, fwd_scale, bwd_scale, bwd_history,
-                                                          qs.margin, qs.amax_compute_algo)
+                                                          qs.margin, qs.amax_compute_algo, *cache)
     if qs.delayed:
         new_history, new_scale = update_delayed_scaling(record_amax(fwd_history, amax), fwd_scale, qs.fwd_fp8_dtype,
                                                         margin=qs.margin, amax_compute_algo=qs.amax_compute_algo)
         fwd_history.copy_(new_history)
         fwd_scale.copy_(new_scale)
     return y.reshape(*x.shape[:-1], weight.shape[1])
+
+
+def grouped_weight_copies(weights: Sequence[Tensor], quantizer: Quantizer, scale: Tensor | None = None
+                          ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(rowwise data, rowwise scales, columnwise data, columnwise scales) of the G weights (N, K)
+    each quantized on its own with `quantizer` (DelayedScaling: scale (G,), the weights' slots),
+    the bytes grouped_linear's forward makes: its ``weight_cache`` (no gradient)."""
+    with torch.no_grad():
+        weight = torch.stack([w.detach() for w in weights])
+        groups, n, k = weight.shape
+        splits = torch.full((groups,), n, dtype=torch.int32, device=weight.device)
+        return tuple(torch.ops.twinengine.grouped_quantize(weight.reshape(groups * n, k), splits, scale, quantizer)[:4])
