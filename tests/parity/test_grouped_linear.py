@@ -125,3 +125,32 @@ def test_grouped_linear_delayed_scaling_torch_eager_compiled_and_jax_agree():
         for i, (got_step, exp_step) in enumerate(zip(other, runs[0])):
             for j, (got, exp) in enumerate(zip(got_step, exp_step)):
                 assert_bytes_equal(got, exp, f"{name} step {i} result {j}")
+
+
+@pytest.mark.parametrize("recipe", [te.recipe.Float8CurrentScaling(), te.recipe.MXFP8BlockScaling(),
+                                    te.recipe.Float8BlockScaling()], ids=lambda r: type(r).__name__)
+def test_bad_split_and_align_size_errors_have_the_same_text(recipe):
+    """A negative split, and an align_size that is not a multiple of the recipe's row alignment
+    (16 FP8, 32 MXFP8, 128 FP8 block) — for permute-and-pad and block padding — give one
+    message in both frontends."""
+    alignment = {"Float8CurrentScaling": 16, "MXFP8BlockScaling": 32, "Float8BlockScaling": 128}[type(recipe).__name__]
+    mask = np.ones((4, 2), bool)
+    pairs = [
+        (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([8, -2])),
+         lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((2, 4, 2)), jnp.asarray([8, -2])), None),
+        (lambda: tep.moe_permute_and_pad_with_probs(torch.ones(4, 8), torch.ones(4, 2), torch.from_numpy(mask),
+                                                    torch.from_numpy(mask.sum(0)), alignment // 2),
+         lambda: tej.moe_permute_and_pad_with_probs(jnp.ones((4, 8)), jnp.ones((4, 2)), mask, mask.sum(0),
+                                                    alignment // 2), recipe),
+        (lambda: tep.moe_pad_splits(torch.ones(4, 8), torch.tensor([2, 2]), alignment + alignment // 2),
+         lambda: tej.moe_pad_splits(jnp.ones((4, 8)), jnp.asarray([2, 2]), alignment + alignment // 2), recipe),
+    ]
+    for torch_call, jax_call, active in pairs:
+        messages = []
+        with tep.autocast(enabled=active is not None, recipe=active), tej.autocast(active, enabled=active is not None):
+            for call in (torch_call, jax_call):
+                with pytest.raises(ValueError) as err:
+                    call()
+                messages.append(str(err.value))
+        assert messages[0] == messages[1], messages
+        assert "m_splits must be >= 0" in messages[0] or f"row alignment {alignment}" in messages[0]
