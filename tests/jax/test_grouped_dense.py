@@ -215,3 +215,22 @@ def test_flax_grouped_dense_delayed_scaling_state_in_fp8_meta():
         for name in state:
             assert_bytes_equal(np.asarray(meta["delayed_scaling"][name]), np.asarray(state[name]), name)
     assert (np.asarray(state["fwd_scale"]) != 1).any()
+
+
+def test_grouped_linear_basic_op_matches_grouped_dense():
+    """jax ops.GroupedLinear in a Sequential equals grouped_dense with kernels = weightsᵀ; under
+    DelayedScaling it points to grouped_dense's per-expert state."""
+    import twinengine.jax.ops as jops
+    op = jops.GroupedLinear(3, 48, 24)
+    seq = jops.Sequential(op)
+    params = seq.init(jax.random.PRNGKey(1))
+    x, _, _, _ = _case([3, 0, 9], "float32")
+    splits = jnp.asarray([3, 0, 9])
+    y = jax.jit(lambda x, p, s: seq(x, p, s))(x, params, splits)
+    w = jnp.stack(params[0][:3])
+    b = jnp.stack(params[0][3:])
+    expected = tej.grouped_dense(x, jnp.transpose(w, (0, 2, 1)), splits, b)
+    assert_bytes_equal(np.asarray(y), np.asarray(expected), "basic op")
+    with tej.autocast(te.recipe.DelayedScaling(amax_history_len=4)):
+        with pytest.raises(TypeError, match="twinengine.grouped_linear: DelayedScaling needs per-expert amax"):
+            seq(x, params, splits)
