@@ -18,6 +18,7 @@ from ...ops.gemm import (
     GROUPED_GEMM_FP8,
     GROUPED_GEMM_WGRAD,
     GROUPED_GEMM_WGRAD_FP8,
+    block_2d,
     check_grouped_delayed_state,
     check_grouped_weights,
     check_m_splits,
@@ -90,9 +91,10 @@ def grouped_delayed_scaling_state(num_gemms: int, amax_history_len: int = 1024) 
             "bwd_scale": jnp.ones((num_gemms,), jnp.float32)}
 
 
-def _gemm_fp8(a, a_s, b, b_s, m_splits, bias, mode, b_k_major, out_dtype):
+def _gemm_fp8(a, a_s, b, b_s, m_splits, bias, mode, b_k_major, out_dtype, a_block_2d=False, b_block_2d=False):
     call = GROUPED_GEMM_FP8.plan(meta(a), meta(a_s), meta(b), meta(b_s), meta(m_splits), meta(bias), scaling_mode=mode,
-                                 b_k_major=b_k_major, out_dtype=dtype_name(out_dtype))
+                                 b_k_major=b_k_major, out_dtype=dtype_name(out_dtype), a_block_2d=a_block_2d,
+                                 b_block_2d=b_block_2d)
     arrays = {"a": a, "a_scale_inv": a_s, "b": b, "b_scale_inv": b_s, "m_splits": m_splits, "bias": bias}
     return ffi(call, [arrays[name] for name in call.inputs])[0]
 
@@ -111,7 +113,7 @@ def _grouped_fp8_fwd(x, w, m_splits, bias, state, qs):
                                                                 jnp.full((groups,), n, jnp.int32), qs.weight,
                                                                 None if fwd_scale is None else fwd_scale[groups:])
     y = _gemm_fp8(x_row, x_row_s, w_row.reshape(groups, n, k), w_row_s, m_splits, bias, qs.input.scaling_mode, True,
-                  x.dtype)
+                  x.dtype, block_2d(qs.input), block_2d(qs.weight))
     new_state = state
     if qs.delayed:
         history = record_amax(state["fwd_amax_history"], jnp.concatenate([x_amax[0], w_amax[0]]))
@@ -142,9 +144,12 @@ def _grouped_fp8_bwd(qs, res, cotangents):
         w_b, d_a, x_b = w_col.reshape(groups, n, k), d_col, x_col
     else:  # per-tensor FP8: transposed copies, block after block
         w_b, d_a, x_b = w_col.reshape(groups, k, n), d_col.reshape(n, rows), x_col.reshape(k, rows)
-    dx = _gemm_fp8(d_row, d_row_s, w_b, w_col_s, m_splits, None, mode, mode != "mxfp8", x_tag.dtype)
+    g_2d = block_2d(qs.grad_output)
+    dx = _gemm_fp8(d_row, d_row_s, w_b, w_col_s, m_splits, None, mode, mode != "mxfp8", x_tag.dtype, g_2d,
+                   block_2d(qs.weight))
     call = GROUPED_GEMM_WGRAD_FP8.plan(meta(d_a), meta(d_col_s), meta(x_b), meta(x_col_s), meta(m_splits),
-                                       scaling_mode=mode, out_dtype=dtype_name(w_tag.dtype))
+                                       scaling_mode=mode, out_dtype=dtype_name(w_tag.dtype), a_block_2d=g_2d,
+                                       b_block_2d=block_2d(qs.input))
     dw = ffi(call, [d_a, d_col_s, x_b, x_col_s, m_splits])[0]
     db = None
     if b_tag is not None:
@@ -165,8 +170,9 @@ def grouped_dense(x, kernels, group_sizes, bias=None, *, state: dict | None = No
     Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
     Numerics: exactly ``twinengine.pytorch.grouped_linear`` with weights = kernelsᵀ (each group
         the bytes of ``twinengine.jax.dense`` on its rows), in high precision and inside
-        ``autocast(DelayedScaling | Float8CurrentScaling | MXFP8BlockScaling)`` (per-expert
-        quantization, CPU only; MXFP8 needs every group size a multiple of 32).
+        ``autocast(DelayedScaling | Float8CurrentScaling | MXFP8BlockScaling |
+        Float8BlockScaling)`` (per-expert quantization, CPU only; every group size a multiple of
+        32 for MXFP8, of 128 for FP8 block).
     DelayedScaling (functional, as ``dense``): pass ``state``
         (``grouped_delayed_scaling_state(G, L)``); returns ``(y, state_after_forward)``, and the
         gradient of the loss with respect to ``state`` *is* the next state (forward slots from

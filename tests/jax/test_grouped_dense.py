@@ -86,18 +86,21 @@ def test_grouped_dense_rejects_bad_arguments(call, error, match):
 
 
 def test_grouped_dense_under_an_unsupported_recipe_raises():
-    with tej.autocast(te.recipe.Float8BlockScaling()):
+    with tej.autocast(te.recipe.NVFP4BlockScaling()):
         with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
-                                            "DelayedScaling, Float8CurrentScaling"):
+                                            "DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
+                                            "Float8BlockScaling"):
             tej.grouped_dense(jnp.ones((64, 32)), jnp.ones((2, 32, 32)), jnp.asarray([32, 32]))
 
 
 @pytest.mark.parametrize("recipe_name, splits", [("Float8CurrentScaling", [5, 3, 20, 4]),
                                                  ("Float8CurrentScaling", [0, 0, 28, 0]),
-                                                 ("MXFP8BlockScaling", [32, 0, 64, 32])], ids=str)
+                                                 ("MXFP8BlockScaling", [32, 0, 64, 32]),
+                                                 ("Float8BlockScaling", [128, 0, 256, 128])], ids=str)
 def test_grouped_dense_quantized_matches_per_group_dense(recipe_name, splits):
     recipe = getattr(te.recipe, recipe_name)()
-    x, k, b, dy = _case(splits, "bfloat16", seed=2, K=64, N=32)
+    block = recipe_name == "Float8BlockScaling"
+    x, k, b, dy = _case(splits, "bfloat16", seed=2, K=256 if block else 64, N=128 if block else 32)
 
     def grouped(x, k, b):
         with tej.autocast(recipe):

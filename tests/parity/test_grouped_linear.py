@@ -17,17 +17,20 @@ import twinengine.jax as tej
 import twinengine.pytorch as tep
 
 
-@pytest.mark.parametrize("recipe_name", [None, "Float8CurrentScaling", "MXFP8BlockScaling"], ids=str)
+@pytest.mark.parametrize("recipe_name", [None, "Float8CurrentScaling", "MXFP8BlockScaling", "Float8BlockScaling"],
+                         ids=str)
 def test_grouped_linear_torch_and_jax_agree(recipe_name):
     fp8 = recipe_name is not None
     recipe = getattr(te.recipe, recipe_name)() if fp8 else None
     rng = np.random.default_rng(0)
     bf16 = NUMPY_DTYPES["bfloat16"]
-    splits = np.array([32, 0, 64, 32], np.int32)
-    x = rng.standard_normal((128, 64)).astype(np.float32).astype(bf16)
-    w = (rng.standard_normal((4, 32, 64)) * 0.2).astype(np.float32).astype(bf16)
-    b = rng.standard_normal((4, 32)).astype(np.float32).astype(bf16)
-    dy = rng.standard_normal((128, 32)).astype(np.float32).astype(bf16)
+    f = 4 if recipe_name == "Float8BlockScaling" else 1  # 128-row blocks, 128x128 weight tiles
+    splits = np.array([32 * f, 0, 64 * f, 32 * f], np.int32)
+    m, k, n = 128 * f, 64 * 2 * f if f > 1 else 64, 32 * f
+    x = rng.standard_normal((m, k)).astype(np.float32).astype(bf16)
+    w = (rng.standard_normal((4, n, k)) * 0.2).astype(np.float32).astype(bf16)
+    b = rng.standard_normal((4, n)).astype(np.float32).astype(bf16)
+    dy = rng.standard_normal((m, n)).astype(np.float32).astype(bf16)
     results = []
     for fn in (tep.grouped_linear, torch.compile(tep.grouped_linear, fullgraph=True)):
         xt = to_torch(x).requires_grad_()

@@ -86,11 +86,15 @@ QUANTIZED = [("Float8CurrentScaling", [5, 3, 20, 4]), ("Float8CurrentScaling", [
              ("MXFP8BlockScaling", [0, 0, 96, 0])]
 
 
+BLOCK = [("Float8BlockScaling", [128, 0, 256, 128]), ("Float8BlockScaling", [0, 0, 384, 0])]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("recipe_name, splits", QUANTIZED, ids=str)
+@pytest.mark.parametrize("recipe_name, splits", QUANTIZED + BLOCK, ids=str)
 def test_grouped_linear_quantized_matches_per_expert_linear(recipe_name, splits, dtype):
     recipe = getattr(te.recipe, recipe_name)()
-    x_np, w, b, dy = _case(splits, dtype, True, seed=7, K=64, N=32)
+    block = recipe_name == "Float8BlockScaling"  # 128-row blocks, 128x128 weight tiles
+    x_np, w, b, dy = _case(splits, dtype, True, seed=7, K=256 if block else 64, N=128 if block else 32)
     torch_dtype = getattr(torch, dtype)
     layer = tep.GroupedLinear(len(splits), w.shape[2], w.shape[1], params_dtype=torch_dtype)
     with torch.no_grad():
@@ -391,9 +395,9 @@ def test_grouped_linear_rejects_bad_arguments(call, error, match):
 
 
 def test_grouped_linear_under_an_unsupported_recipe_raises():
-    with tep.autocast(recipe=te.recipe.Float8BlockScaling()):
+    with tep.autocast(recipe=te.recipe.NVFP4BlockScaling()):
         with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
-                                            "DelayedScaling, Float8CurrentScaling or MXFP8BlockScaling"):
+                                            "DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or Float8BlockScaling"):
             tep.GroupedLinear(2, 128, 128)(torch.ones(256, 128), torch.tensor([128, 128]))
 
 
@@ -401,6 +405,12 @@ def test_grouped_linear_mxfp8_needs_aligned_splits():
     with tep.autocast(recipe=te.recipe.MXFP8BlockScaling()):
         with pytest.raises(ValueError, match="multiple of 32 \\(pad the blocks: align_size=32\\), got 16"):
             tep.GroupedLinear(2, 32, 32)(torch.ones(64, 32), torch.tensor([16, 48]))
+
+
+def test_grouped_linear_fp8_block_needs_aligned_splits():
+    with tep.autocast(recipe=te.recipe.Float8BlockScaling()):
+        with pytest.raises(ValueError, match="multiple of 128 \\(pad the blocks: align_size=128\\), got 64"):
+            tep.GroupedLinear(2, 128, 128)(torch.ones(256, 128), torch.tensor([64, 192]))
 
 
 def test_grouped_kernels_pass_opcheck():

@@ -15,6 +15,7 @@ from ...ops.gemm import (
     GROUPED_GEMM_FP8,
     GROUPED_GEMM_WGRAD,
     GROUPED_GEMM_WGRAD_FP8,
+    block_2d,
     check_grouped_delayed_state,
     check_grouped_weights,
     check_m_splits,
@@ -115,33 +116,40 @@ def _(x, m_splits, scale, quantizer):
 
 @torch.library.custom_op("twinengine::grouped_gemm_fp8", mutates_args=())
 def _grouped_gemm_fp8(a: Tensor, a_scale_inv: Tensor, b: Tensor, b_scale_inv: Tensor, m_splits: Tensor,
-                      bias: Tensor | None, scaling_mode: str, b_k_major: bool, out_dtype: str) -> Tensor:
+                      bias: Tensor | None, scaling_mode: str, b_k_major: bool, out_dtype: str, a_block_2d: bool = False,
+                      b_block_2d: bool = False) -> Tensor:
     args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias))
-    call = GROUPED_GEMM_FP8.plan(*args, scaling_mode=scaling_mode, b_k_major=b_k_major, out_dtype=out_dtype)
+    call = GROUPED_GEMM_FP8.plan(*args, scaling_mode=scaling_mode, b_k_major=b_k_major, out_dtype=out_dtype,
+                                 a_block_2d=a_block_2d, b_block_2d=b_block_2d)
     arrays = {"a": a, "a_scale_inv": a_scale_inv, "b": b, "b_scale_inv": b_scale_inv, "m_splits": m_splits,
               "bias": bias}
     return launch(call, [arrays[name] for name in call.inputs], a.device)[0]
 
 
 @_grouped_gemm_fp8.register_fake
-def _(a, a_scale_inv, b, b_scale_inv, m_splits, bias, scaling_mode, b_k_major, out_dtype):
+def _(a, a_scale_inv, b, b_scale_inv, m_splits, bias, scaling_mode, b_k_major, out_dtype, a_block_2d=False,
+      b_block_2d=False):
     args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias))
-    call = GROUPED_GEMM_FP8.plan(*args, scaling_mode=scaling_mode, b_k_major=b_k_major, out_dtype=out_dtype)
+    call = GROUPED_GEMM_FP8.plan(*args, scaling_mode=scaling_mode, b_k_major=b_k_major, out_dtype=out_dtype,
+                                 a_block_2d=a_block_2d, b_block_2d=b_block_2d)
     return empty_outputs(call, a.device)[0]
 
 
 @torch.library.custom_op("twinengine::grouped_gemm_wgrad_fp8", mutates_args=())
 def _grouped_gemm_wgrad_fp8(a: Tensor, a_scale_inv: Tensor, b: Tensor, b_scale_inv: Tensor, m_splits: Tensor,
-                            scaling_mode: str, out_dtype: str) -> Tensor:
+                            scaling_mode: str, out_dtype: str, a_block_2d: bool = False,
+                            b_block_2d: bool = False) -> Tensor:
     call = GROUPED_GEMM_WGRAD_FP8.plan(meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits),
-                                       scaling_mode=scaling_mode, out_dtype=out_dtype)
+                                       scaling_mode=scaling_mode, out_dtype=out_dtype, a_block_2d=a_block_2d,
+                                       b_block_2d=b_block_2d)
     return launch(call, [a, a_scale_inv, b, b_scale_inv, m_splits], a.device)[0]
 
 
 @_grouped_gemm_wgrad_fp8.register_fake
-def _(a, a_scale_inv, b, b_scale_inv, m_splits, scaling_mode, out_dtype):
+def _(a, a_scale_inv, b, b_scale_inv, m_splits, scaling_mode, out_dtype, a_block_2d=False, b_block_2d=False):
     call = GROUPED_GEMM_WGRAD_FP8.plan(meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits),
-                                       scaling_mode=scaling_mode, out_dtype=out_dtype)
+                                       scaling_mode=scaling_mode, out_dtype=out_dtype, a_block_2d=a_block_2d,
+                                       b_block_2d=b_block_2d)
     return empty_outputs(call, a.device)[0]
 
 
@@ -172,7 +180,8 @@ def _grouped_linear_fp8_body(x: Tensor, weight: Tensor, m_splits: Tensor, bias: 
         w_row, w_row_s, w_col, w_col_s, *w_amax = torch.ops.twinengine.grouped_quantize(
             weight.reshape(groups * n, k), w_splits, fwd_scale[groups:] if delayed else None, q_weight)
     y = torch.ops.twinengine.grouped_gemm_fp8(x_row, x_row_s, w_row.view(groups, n, k), w_row_s, m_splits, bias,
-                                              q_input.scaling_mode, True, dtype_name(x.dtype))
+                                              q_input.scaling_mode, True, dtype_name(x.dtype), block_2d(q_input),
+                                              block_2d(q_weight))
     amax = torch.cat([x_amax[0], w_amax[0]]) if delayed else torch.cat([zeros, zeros])
     if cached:  # an op must not return its inputs
         w_col, w_col_s = (torch.empty(0, dtype=t.dtype, device=x.device) for t in (w_col, w_col_s))
@@ -198,10 +207,11 @@ def _fp8_setup(ctx, inputs, output):
     ctx.q_grad, ctx.shape = q_grad, tuple(weight.shape)
     ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
     ctx.delayed = (margin, algo)
+    ctx.block_2d = (block_2d(inputs[4]), block_2d(inputs[5]))
 
 
 def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtypes: tuple,
-                 delayed: tuple = (0, "max")) -> tuple[Tensor, Tensor, Tensor | None]:
+                 delayed: tuple = (0, "max"), two_d: tuple = (False, False)) -> tuple[Tensor, Tensor, Tensor | None]:
     """(dx, dweight (G, N, K), dbias or None) of the per-expert FP8 path from the saved
     (x columnwise data, its scales, weight columnwise data, its scales, m_splits[, bwd_scale
     (G,), bwd_amax_history (L, G)]); DelayedScaling (bwd_scale given): dy's blocks use the
@@ -223,9 +233,12 @@ def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtyp
         w_b, d_a, x_b = w_col.view(groups, n, k), d_col, x_col
     else:  # per-tensor FP8: transposed copies, block after block
         w_b, d_a, x_b = w_col.view(groups, k, n), d_col.view(n, rows), x_col.view(k, rows)
+    x_2d, w_2d = two_d  # FP8 block: which operands hold 128x128 tiles
+    g_2d = block_2d(q_grad)
     dx = torch.ops.twinengine.grouped_gemm_fp8(d_row, d_row_s, w_b, w_col_s, m_splits, None, mode, mode != "mxfp8",
-                                               dtype_name(x_dtype))
-    dw = torch.ops.twinengine.grouped_gemm_wgrad_fp8(d_a, d_col_s, x_b, x_col_s, m_splits, mode, dtype_name(w_dtype))
+                                               dtype_name(x_dtype), g_2d, w_2d)
+    dw = torch.ops.twinengine.grouped_gemm_wgrad_fp8(d_a, d_col_s, x_b, x_col_s, m_splits, mode, dtype_name(w_dtype),
+                                                     g_2d, x_2d)
     db = None
     if b_dtype is not None:
         db = bias_grad_grouped(dy, m_splits, b_dtype)
@@ -233,7 +246,8 @@ def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtyp
 
 
 def _fp8_backward(ctx, grads):
-    dx, dw, db = fp8_backward(grads[0], ctx.saved_tensors, ctx.q_grad, ctx.shape, ctx.dtypes, ctx.delayed)
+    dx, dw, db = fp8_backward(grads[0], ctx.saved_tensors, ctx.q_grad, ctx.shape, ctx.dtypes, ctx.delayed,
+                              ctx.block_2d)
     return (dx, dw, None, db) + (None,) * (ctx.num_inputs - 4)
 
 
@@ -278,9 +292,9 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
     Numerics: each group's rows give exactly the bytes of ``twinengine.pytorch.linear`` on
         those rows with that group's weight (output, dx, dweight, dbias); empty groups give
         zero weight gradients. Inside ``autocast(DelayedScaling | Float8CurrentScaling |
-        MXFP8BlockScaling)`` each expert's input rows, weight and gradient rows are quantized on
-        their own (per-tensor scales per expert, MXFP8 blocks per expert; CPU only; MXFP8 needs
-        every split a multiple of 32), again exactly the per-expert Linear's bytes (and, for
+        MXFP8BlockScaling | Float8BlockScaling)`` each expert's input rows, weight and gradient
+        rows are quantized on their own (per-tensor scales per expert, MXFP8 / FP8 blocks per
+        expert; CPU only; every split a multiple of 32 for MXFP8, of 128 for FP8 block), again exactly the per-expert Linear's bytes (and, for
         DelayedScaling, its state updates).
     Raises:
         TypeError / ValueError: from core — wrong number of weights/biases, m_splits not a 1-D

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ...fusion.ops import OpDesc, check_features
-from ...ops.gemm import check_grouped_weights, grouped_quantizers
+from ...ops.gemm import block_2d, check_grouped_weights, grouped_quantizers
 from .._ops.grouped_linear import fp8_backward, grouped_backward, grouped_fprop, prepare_m_splits
 from .op import BasicOperation, OpContext
 
@@ -81,6 +81,8 @@ class GroupedLinear(BasicOperation):
         if s["qs"] is None:
             dx, dw, db = grouped_backward(dy2, s["x"], s["weight"], s["m_splits"], s["bias_dtype"])
         else:
-            dx, dw, db = fp8_backward(dy2, s["copies"], s["qs"].grad_output, s["shape"], s["dtypes"])
+            qs = s["qs"]
+            dx, dw, db = fp8_backward(dy2, s["copies"], qs.grad_output, s["shape"], s["dtypes"],
+                                      two_d=(block_2d(qs.input), block_2d(qs.weight)))
         dparams = tuple(dw.unbind(0)) + (tuple(db.unbind(0)) if db is not None else ())
         return (dx.reshape(*s["lead"], self.in_features), (None,)), dparams
