@@ -258,27 +258,31 @@ def test_grouped_linear_delayed_scaling_state_errors():
             seq(torch.ones(4, 16), torch.tensor([2, 2]))
 
 
-def _fp8_step(layer, x, splits):
-    with tep.autocast(recipe=te.recipe.Float8CurrentScaling()):
+def _fp8_step(layer, x, splits, recipe):
+    with tep.autocast(recipe=recipe):
         return layer(x, splits)
 
 
-def test_grouped_linear_fp8_compiled_matches_eager_without_recompiles():
+@pytest.mark.parametrize("recipe_name", ["Float8CurrentScaling", "Float8BlockScaling"])
+def test_grouped_linear_fp8_compiled_matches_eager_without_recompiles(recipe_name):
+    recipe = getattr(te.recipe, recipe_name)()
+    f = 16 if recipe_name == "Float8BlockScaling" else 1  # 128-row blocks
     torch.manual_seed(0)
-    layer = tep.GroupedLinear(3, 32, 16)
+    layer = tep.GroupedLinear(3, 128, 128) if f > 1 else tep.GroupedLinear(3, 32, 16)
     compiled = torch.compile(_fp8_step, fullgraph=True)
-    x_np = np.random.default_rng(5).standard_normal((24, 32)).astype(np.float32)
-    for i, splits in enumerate(([8, 8, 8], [0, 24, 0], [3, 0, 21])):
+    x_np = np.random.default_rng(5).standard_normal((24 * f, layer.in_features)).astype(np.float32)
+    for i, splits in enumerate(([8, 8, 8], [0, 24, 0], [8, 0, 16] if f > 1 else [3, 0, 21])):
+        splits = [s * f for s in splits]
         outs = []
         for fn in (_fp8_step, compiled):
             layer.zero_grad()
             x = to_torch(x_np).requires_grad_()
             if fn is compiled and i > 0:
                 with no_recompiles():
-                    y = fn(layer, x, torch.tensor(splits, dtype=torch.int32))
+                    y = fn(layer, x, torch.tensor(splits, dtype=torch.int32), recipe)
                     y.sum().backward()
             else:
-                y = fn(layer, x, torch.tensor(splits, dtype=torch.int32))
+                y = fn(layer, x, torch.tensor(splits, dtype=torch.int32), recipe)
                 y.sum().backward()
             outs.append([from_torch(y), from_torch(x.grad)] + [from_torch(p.grad) for p in layer.parameters()])
         for j, (eager, comp) in enumerate(zip(*outs)):
