@@ -133,6 +133,6 @@ int main() {
     run_case(dt, {5, 0, 20, 3}, 32, 24, 40);   // trailing padding rows, an empty group
     run_case(dt, {0, 17, 0}, 17, 16, 33);      // all rows in one group, K not a tile multiple
   }
-  std::printf("%d checks, %d failures\n", checks, failures);
+  std::printf("grouped gemm: %d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }
