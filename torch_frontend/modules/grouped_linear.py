@@ -27,7 +27,9 @@ class GroupedLinear(torch.nn.Module):
         (2G,); ``bwd_amax_history`` (L, G); ``bwd_scale`` (G,)), L = ``amax_history_len`` (must
         equal the recipe's); expert g's slots evolve exactly as a ``twinengine.pytorch.Linear``'s
         state on its rows. Other recipes leave them. They are non-persistent (not in the
-        state dict, which keeps TE's GroupedLinear keys, so TE checkpoints load unchanged).
+        state dict, which keeps TE's GroupedLinear keys, so TE checkpoints load unchanged). Unlike
+        ``Linear``, the layer does not replay its DelayedScaling call under activation
+        checkpointing (a recomputed forward updates the forward slots a second time).
     FP8 weight caching (TE's flag): ``layer(x, m_splits, is_first_microbatch=True)`` quantizes
         the expert weights once and keeps them; ``is_first_microbatch=False`` reuses them for the
         following micro-batches of the same optimizer step (the weights still get their
