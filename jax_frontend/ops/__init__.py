@@ -17,7 +17,7 @@ from .structural import AddExtraInput, ConstantScale, Identity, MakeExtraOutput,
 
 __all__ = [
     "AddExtraInput", "BasicLinear", "BasicOperation", "Bias", "ClampedSwiGLU", "ConstantScale", "Dropout", "GEGLU",
-    "GELU", "GroupedLinear", "Identity", "L2Normalization", "LayerNorm", "Linear", "MakeExtraOutput", "OpContext", "QGEGLU", "QGELU",
-    "Quantize", "RMSNorm", "ReGLU", "ReLU", "Reshape", "SReGLU", "SReLU", "SiLU", "Sequential", "SwiGLU",
-    "run_ops",
+    "GELU", "GroupedLinear", "Identity", "L2Normalization", "LayerNorm", "Linear", "MakeExtraOutput", "OpContext",
+    "QGEGLU", "QGELU", "Quantize", "RMSNorm", "ReGLU", "ReLU", "Reshape", "SReGLU", "SReLU", "SiLU", "Sequential",
+    "SwiGLU", "run_ops",
 ]

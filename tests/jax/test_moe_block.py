@@ -1,6 +1,7 @@
 """The JAX MoE block example (demo/moe_jax.py): expert parallel under shard_map with
 lax.all_to_all on 8 CPU devices gives every device's tokens the bytes of the single-device
-block, outputs and gradients (input, expert parameters). Runs in a subprocess so XLA_FLAGS (8 host devices) does not leak into this process."""
+block, outputs and gradients (input, expert parameters). Runs in a subprocess so XLA_FLAGS
+(8 host devices) does not leak into this process."""
 
 from __future__ import annotations
 

@@ -175,8 +175,10 @@ def test_grouped_linear_delayed_scaling_matches_per_expert_linear_over_steps(dty
                 yg, dxg, dwg, dbg = ref[g]
                 assert_bytes_equal(from_torch(y[off:off + size]), from_torch(yg), f"step {step} output {g}")
                 assert_bytes_equal(from_torch(x.grad[off:off + size]), from_torch(dxg), f"step {step} dgrad {g}")
-                assert_bytes_equal(from_torch(getattr(layer, f"weight{g}").grad), from_torch(dwg), f"step {step} wgrad {g}")
-                assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), from_torch(dbg), f"step {step} dbias {g}")
+                assert_bytes_equal(from_torch(getattr(layer, f"weight{g}").grad), from_torch(dwg),
+                                   f"step {step} wgrad {g}")
+                assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), from_torch(dbg),
+                                   f"step {step} dbias {g}")
             else:
                 assert not getattr(layer, f"weight{g}").grad.any()
             off += size
@@ -245,7 +247,8 @@ def test_grouped_linear_weight_caching_matches_per_expert_linear(recipe_name):
 def test_grouped_linear_delayed_scaling_state_errors():
     recipe = te.recipe.DelayedScaling(amax_history_len=4)
     with tep.autocast(recipe=recipe):
-        with pytest.raises(ValueError, match="twinengine.linear: DelayedScaling\\(amax_history_len=4\\) does not match"):
+        with pytest.raises(ValueError,
+                           match="twinengine.linear: DelayedScaling\\(amax_history_len=4\\) does not match"):
             tep.GroupedLinear(2, 16, 16, amax_history_len=8)(torch.ones(4, 16), torch.tensor([2, 2]))
         with pytest.raises(ValueError, match="twinengine.grouped_linear: the delayed-scaling state of a GroupedLinear "
                                              "of 2 GEMMs must have shapes"):
@@ -401,7 +404,8 @@ def test_grouped_linear_rejects_bad_arguments(call, error, match):
 def test_grouped_linear_under_an_unsupported_recipe_raises():
     with tep.autocast(recipe=te.recipe.NVFP4BlockScaling()):
         with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
-                                            "DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or Float8BlockScaling"):
+                                            "DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
+                                            "Float8BlockScaling"):
             tep.GroupedLinear(2, 128, 128)(torch.ones(256, 128), torch.tensor([128, 128]))
 
 

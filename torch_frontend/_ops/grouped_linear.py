@@ -294,7 +294,8 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
         zero weight gradients. Inside ``autocast(DelayedScaling | Float8CurrentScaling |
         MXFP8BlockScaling | Float8BlockScaling)`` each expert's input rows, weight and gradient
         rows are quantized on their own (per-tensor scales per expert, MXFP8 / FP8 blocks per
-        expert; CPU only; every split a multiple of 32 for MXFP8, of 128 for FP8 block), again exactly the per-expert Linear's bytes (and, for
+        expert; CPU only; every split a multiple of 32 for MXFP8, of 128 for FP8 block), again
+        exactly the per-expert Linear's bytes (and, for
         DelayedScaling, its state updates).
     Raises:
         TypeError / ValueError: from core — wrong number of weights/biases, m_splits not a 1-D
@@ -304,8 +305,8 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
     """
     qs = grouped_quantizers(current_recipe())
     if qs is None and weight_cache is not None:
-        raise TypeError("twinengine.grouped_linear: a weight_cache needs an active twinengine.pytorch.autocast(recipe=...) "
-                        "region")
+        raise TypeError("twinengine.grouped_linear: a weight_cache needs an active "
+                        "twinengine.pytorch.autocast(recipe=...) region")
     num_gemms = len(m_splits) if not isinstance(m_splits, torch.Tensor) else m_splits.shape[0]
     check_grouped_weights(num_gemms, weights, biases)
     for name, t in (("x", x), ("weight0", weights[0])):
