@@ -422,6 +422,30 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
         b.scale_inv = region(*args.b_scale_inv, false, splits, 0);
       }
     }
+    if (args.scaling == kTweGemmFP8Block) {
+      // Each operand's scales: its groups' scale tensors one after another (the shape of each
+      // data block's twe_quantize_fp8_block scales); the weights' blocks all (N, K) / (K, N).
+      auto region = [&](const TweTensorView& scales, bool two_d, int64_t other, bool ragged_rows, int64_t uniform) {
+        int64_t offset = 0, sr = 0, sc = 0;
+        for (int64_t j = 0; j <= g; ++j) {
+          const int64_t m = uniform >= 0 ? uniform : std::max<int32_t>(splits[j], 0);
+          // K-major data block: (m, other) for row-split operands, (other, m) for ragged-K ones
+          if (ragged_rows) fp8_block_scale_dims(other, m, two_d, &sr, &sc);
+          else fp8_block_scale_dims(m, other, two_d, &sr, &sc);
+          if (j < g) offset += sr * sc;
+        }
+        return view_2d(scales, offset, sr, sc);
+      };
+      if (!args.ragged_k) {
+        a.scale_inv = region(*args.a_scale_inv, args.a_block_2d, k, false, -1);
+        b.scale_inv = region(*args.b_scale_inv, args.b_block_2d, k, false, n);
+      } else {
+        a.scale_inv = region(*args.a_scale_inv, args.a_block_2d, n, true, -1);
+        b.scale_inv = region(*args.b_scale_inv, args.b_block_2d, k, true, -1);
+      }
+      a.block_2d = args.a_block_2d;
+      b.block_2d = args.b_block_2d;
+    }
     if (!args.ragged_k) {
       if (rows == 0) continue;
       a.data = view_2d(*args.a, begin * k, rows, k);

@@ -9,6 +9,7 @@
 #endif
 
 #include "internal/cpu.h"
+#include "internal/gemm.h"
 #include "internal/quantize.h"
 
 namespace twe {
@@ -706,6 +707,69 @@ TweStatus grouped_quantize_fp8_current(const QuantizeArgs& a, const TweTensorVie
     QuantizeArgs group{&input, nullptr, nullptr, &out, a.params, rows, k, a.stream};
     const TweStatus st = quantize_fp8_current(group);
     if (st) return st;
+  }
+  return kTweSuccess;
+}
+
+TweStatus grouped_quantize_fp8_delayed(const QuantizeArgs& a, const TweTensorView& m_splits) {
+  const int32_t* splits = static_cast<const int32_t*>(m_splits.data);
+  const TweQuantizedTensor& o = *a.output;
+  const int64_t k = a.cols;
+  int64_t start = 0;
+  for (int64_t g = 0; g < m_splits.shape[0]; ++g) {
+    const int64_t begin = std::min(start, a.rows);
+    const int64_t end = std::min(start + std::max<int32_t>(splits[g], 0), a.rows);
+    start += std::max<int32_t>(splits[g], 0);
+    const int64_t rows = end - begin;
+    TweTensorView input = view_2d(*a.input, begin * k, rows, k);
+    TweTensorView scale = view_2d(*a.scale, g, 1, 1);
+    TweQuantizedTensor out{};
+    out.rowwise_data = view_2d(o.rowwise_data, begin * k, rows, k);
+    out.rowwise_scale_inv = view_2d(o.rowwise_scale_inv, g, 1, 1);
+    out.columnwise_data = view_2d(o.columnwise_data, begin * k, k, rows);
+    out.columnwise_scale_inv = view_2d(o.columnwise_scale_inv, g, 1, 1);
+    out.amax = view_2d(o.amax, g, 1, 1);
+    QuantizeArgs group{&input, &scale, nullptr, &out, a.params, rows, k, a.stream};
+    const TweStatus st = quantize_fp8_delayed(group);
+    if (st) return st;
+  }
+  return kTweSuccess;
+}
+
+TweStatus grouped_quantize_fp8_block(const QuantizeArgs& a, const TweTensorView& m_splits) {
+  const int32_t* splits = static_cast<const int32_t*>(m_splits.data);
+  const TweQuantizedTensor& o = *a.output;
+  const int64_t k = a.cols;
+  const bool two_d = a.params.two_d != 0;
+  int64_t start = 0, row_scales = 0, col_scales = 0;
+  for (int64_t g = 0; g < m_splits.shape[0]; ++g) {
+    const int64_t m = splits[g];
+    if (m < 0 || m % 128 != 0) {
+      return fail(kTweInvalidArgument, "FP8 block scaling quantizes each expert block on its own and needs every "
+                                       "m_split to be a multiple of 128 (pad the blocks: align_size=128), got " +
+                                           std::to_string(m));
+    }
+    int64_t rr, rc, cr, cc;
+    fp8_block_scale_dims(m, k, two_d, &rr, &rc);  // rowwise copy: data (m, K)
+    fp8_block_scale_dims(k, m, two_d, &cr, &cc);  // columnwise copy: data (K, m)
+    if (start + m > a.rows || row_scales + rr * rc > numel(o.rowwise_scale_inv) ||
+        col_scales + cr * cc > numel(o.columnwise_scale_inv)) {
+      return fail(kTweInvalidArgument, "m_splits exceed the rows of the input or of the scale buffers");
+    }
+    if (m > 0) {
+      TweTensorView input = view_2d(*a.input, start * k, m, k);
+      TweQuantizedTensor out{};
+      out.rowwise_data = view_2d(o.rowwise_data, start * k, m, k);
+      out.rowwise_scale_inv = view_2d(o.rowwise_scale_inv, row_scales, rr, rc);
+      out.columnwise_data = view_2d(o.columnwise_data, start * k, k, m);
+      out.columnwise_scale_inv = view_2d(o.columnwise_scale_inv, col_scales, cr, cc);
+      QuantizeArgs group{&input, nullptr, nullptr, &out, a.params, m, k, a.stream};
+      const TweStatus st = quantize_fp8_block(group);
+      if (st) return st;
+    }
+    start += m;
+    row_scales += rr * rc;
+    col_scales += cr * cc;
   }
   return kTweSuccess;
 }

@@ -43,7 +43,10 @@ case "$family" in
       compile "$work/$check" "$work/gemm_swizzle_emu.cc" "$work/gemm_staging_emu.cc" "$root/csrc/cpu/gemm_swizzle.cc" \
         "$here/$check.cc"
       "$work/$check"
-    done ;;
+    done
+    emulate "$root/csrc/cuda/gemm_grouped.cu" "$work/gemm_grouped_emu.cc"  # GroupedLinear's kernels
+    compile "$work/check_grouped_gemm" "$work/gemm_grouped_emu.cc" "$here/check_grouped_gemm.cc"
+    "$work/check_grouped_gemm" ;;
   *) echo "unknown family $family (quantize, norm or gemm; run_elementwise.sh for the elementwise families)" >&2
      exit 2 ;;
 esac
