@@ -93,8 +93,14 @@ struct Panel {
 /*! C tile (mr × nr, leading dimension ldc) [+]= Σ_k Ap[k][0:mr] ⊗ Bp[k][0:nr], chain per element. */
 using MicroKernel = void (*)(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, bool zero);
 
+/*! Block formats: for each K-block b of `block` (the last may be shorter) of the kc K values,
+ *  p = chain from +0 over the block, then c = fl(c + fl(fl(p · sa[b][i]) · sb[b][j])) (§8). */
+using BlockKernel = void (*)(int64_t kc, int64_t block, const float* ap, const float* bp, const float* sa,
+                             const float* sb, float* c, int64_t ldc);
+
 struct KernelShape {
   MicroKernel fn;
+  BlockKernel block_fn;
   int64_t mr;
   int64_t nr;
 };
@@ -112,6 +118,23 @@ void kernel_scalar(int64_t kc, const float* ap, const float* bp, float* c, int64
   }
   for (int64_t i = 0; i < kScalarMr; ++i)
     for (int64_t j = 0; j < kScalarNr; ++j) c[i * ldc + j] = acc[i][j];
+}
+
+void block_kernel_scalar(int64_t kc, int64_t block, const float* ap, const float* bp, const float* sa,
+                         const float* sb, float* c, int64_t ldc) {
+  for (int64_t k0 = 0, b = 0; k0 < kc; k0 += block, ++b) {
+    float p[kScalarMr][kScalarNr] = {};
+    for (int64_t k = k0; k < std::min(kc, k0 + block); ++k) {
+      for (int64_t i = 0; i < kScalarMr; ++i) {
+        const float a = ap[k * kScalarMr + i];
+        for (int64_t j = 0; j < kScalarNr; ++j) p[i][j] = std::fma(a, bp[k * kScalarNr + j], p[i][j]);
+      }
+    }
+    for (int64_t i = 0; i < kScalarMr; ++i)
+      for (int64_t j = 0; j < kScalarNr; ++j)
+        c[i * ldc + j] = c[i * ldc + j] + numerics::gemm_scale_partial(p[i][j], sa[b * kScalarMr + i],
+                                                                         sb[b * kScalarNr + j]);
+  }
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -138,7 +161,56 @@ __attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* ap
   }
 }
 
+__attribute__((target("avx2,fma"))) void block_kernel_avx2(int64_t kc, int64_t block, const float* ap,
+                                                            const float* bp, const float* sa, const float* sb,
+                                                            float* c, int64_t ldc) {
+  for (int64_t k0 = 0, b = 0; k0 < kc; k0 += block, ++b) {
+    __m256 p[kAvx2Mr][2];
+    for (int i = 0; i < kAvx2Mr; ++i) p[i][0] = p[i][1] = _mm256_setzero_ps();
+    for (int64_t k = k0; k < std::min(kc, k0 + block); ++k) {
+      const __m256 b0 = _mm256_loadu_ps(bp + k * kAvx2Nr), b1 = _mm256_loadu_ps(bp + k * kAvx2Nr + 8);
+      for (int i = 0; i < kAvx2Mr; ++i) {
+        const __m256 a = _mm256_broadcast_ss(ap + k * kAvx2Mr + i);
+        p[i][0] = _mm256_fmadd_ps(a, b0, p[i][0]);
+        p[i][1] = _mm256_fmadd_ps(a, b1, p[i][1]);
+      }
+    }
+    const __m256 s0 = _mm256_loadu_ps(sb + b * kAvx2Nr), s1 = _mm256_loadu_ps(sb + b * kAvx2Nr + 8);
+    for (int i = 0; i < kAvx2Mr; ++i) {
+      const __m256 si = _mm256_broadcast_ss(sa + b * kAvx2Mr + i);
+      _mm256_storeu_ps(c + i * ldc, _mm256_add_ps(_mm256_loadu_ps(c + i * ldc),
+                                                  _mm256_mul_ps(_mm256_mul_ps(p[i][0], si), s0)));
+      _mm256_storeu_ps(c + i * ldc + 8, _mm256_add_ps(_mm256_loadu_ps(c + i * ldc + 8),
+                                                      _mm256_mul_ps(_mm256_mul_ps(p[i][1], si), s1)));
+    }
+  }
+}
+
 constexpr int64_t kAvx512Mr = 8, kAvx512Nr = 32;
+__attribute__((target("avx512f"))) void block_kernel_avx512(int64_t kc, int64_t block, const float* ap,
+                                                             const float* bp, const float* sa, const float* sb,
+                                                             float* c, int64_t ldc) {
+  for (int64_t k0 = 0, b = 0; k0 < kc; k0 += block, ++b) {
+    __m512 p[kAvx512Mr][2];
+    for (int i = 0; i < kAvx512Mr; ++i) p[i][0] = p[i][1] = _mm512_setzero_ps();
+    for (int64_t k = k0; k < std::min(kc, k0 + block); ++k) {
+      const __m512 b0 = _mm512_loadu_ps(bp + k * kAvx512Nr), b1 = _mm512_loadu_ps(bp + k * kAvx512Nr + 16);
+      for (int i = 0; i < kAvx512Mr; ++i) {
+        const __m512 a = _mm512_set1_ps(ap[k * kAvx512Mr + i]);
+        p[i][0] = _mm512_fmadd_ps(a, b0, p[i][0]);
+        p[i][1] = _mm512_fmadd_ps(a, b1, p[i][1]);
+      }
+    }
+    const __m512 s0 = _mm512_loadu_ps(sb + b * kAvx512Nr), s1 = _mm512_loadu_ps(sb + b * kAvx512Nr + 16);
+    for (int i = 0; i < kAvx512Mr; ++i) {
+      const __m512 si = _mm512_set1_ps(sa[b * kAvx512Mr + i]);
+      _mm512_storeu_ps(c + i * ldc, _mm512_add_ps(_mm512_loadu_ps(c + i * ldc),
+                                                  _mm512_mul_ps(_mm512_mul_ps(p[i][0], si), s0)));
+      _mm512_storeu_ps(c + i * ldc + 16, _mm512_add_ps(_mm512_loadu_ps(c + i * ldc + 16),
+                                                       _mm512_mul_ps(_mm512_mul_ps(p[i][1], si), s1)));
+    }
+  }
+}
 __attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* ap, const float* bp, float* c,
                                                        int64_t ldc, bool zero) {
   __m512 acc[kAvx512Mr][2];
@@ -170,10 +242,10 @@ KernelShape select_kernel() {
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512f");
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx512 && (want.empty() || want == "avx512")) return {kernel_avx512, kAvx512Mr, kAvx512Nr};
-  if (avx2 && (want.empty() || want == "avx512" || want == "avx2")) return {kernel_avx2, kAvx2Mr, kAvx2Nr};
+  if (avx512 && (want.empty() || want == "avx512")) return {kernel_avx512, block_kernel_avx512, kAvx512Mr, kAvx512Nr};
+  if (avx2 && (want.empty() || want == "avx512" || want == "avx2")) return {kernel_avx2, block_kernel_avx2, kAvx2Mr, kAvx2Nr};
 #endif
-  return {kernel_scalar, kScalarMr, kScalarNr};
+  return {kernel_scalar, block_kernel_scalar, kScalarMr, kScalarNr};
 }
 
 const KernelShape& kernel_shape() {
@@ -199,39 +271,76 @@ void pack(const Panel& p, int64_t r0, int64_t mr, int64_t k0, int64_t kc, float*
   }
 }
 
-/*! Workspace of one worker: packed A row-tiles, one packed B tile, an edge tile. */
+/*! Workspace of one worker: packed A row-tiles, one packed B tile, an edge tile, packed scales. */
 struct KernelBuffers {
   std::vector<float> a_packed;
   std::vector<float> b_packed;
   std::vector<float> edge;
+  std::vector<float> sa_packed;
+  std::vector<float> sb_packed;
 };
 
-/*! c (rows, n) [+]= A[r0:r0+rows, k0:k0+kc] · B[:, k0:k0+kc]ᵀ, one FMA chain per element continued
- *  from c (zero: started at +0). */
+/*! Block scales of one K-range for the block kernel: sa (rows, blocks) with row stride sa_stride for
+ *  the chunk's rows, sb (blocks, n) with row stride n; block = 0 for the plain chain. */
+struct RangeScales {
+  int64_t block = 0;
+  const float* sa = nullptr;
+  int64_t sa_stride = 0;
+  const float* sb = nullptr;
+};
+
+/*! c (rows, n) [+]= A[r0:r0+rows, k0:k0+kc] · B[:, k0:k0+kc]ᵀ. Plain: one FMA chain per element
+ *  continued from c (zero: started at +0). Block-scaled (sc.block > 0, k0 a multiple of it): each
+ *  block's chain from +0, scaled and added to c (§8). */
 void chain_product(const Panel& a, const Panel& b, int64_t r0, int64_t rows, int64_t k0, int64_t kc, int64_t n,
-                   float* c, bool zero, KernelBuffers& buf) {
+                   float* c, bool zero, KernelBuffers& buf, const RangeScales& sc = {}) {
   const KernelShape& ks = kernel_shape();
   const int64_t mr = ks.mr, nr = ks.nr;
   const int64_t m_tiles = ceil_div(rows, mr);
+  const int64_t blocks = sc.block > 0 ? ceil_div(kc, sc.block) : 0;
   buf.a_packed.resize(static_cast<size_t>(m_tiles * mr * kc));
   buf.b_packed.resize(static_cast<size_t>(nr * kc));
   buf.edge.resize(static_cast<size_t>(mr * nr));
   // Rows past this chunk's end are computed and discarded (edge tiles copy only live rows).
   for (int64_t t = 0; t < m_tiles; ++t) pack(a, r0 + t * mr, mr, k0, kc, buf.a_packed.data() + t * mr * kc);
+  if (blocks > 0) {
+    buf.sa_packed.assign(static_cast<size_t>(m_tiles * mr * blocks), 0.0f);
+    buf.sb_packed.resize(static_cast<size_t>(nr * blocks));
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t t = i / mr, r = i % mr;
+      for (int64_t j = 0; j < blocks; ++j) buf.sa_packed[(t * blocks + j) * mr + r] = sc.sa[i * sc.sa_stride + j];
+    }
+  }
   for (int64_t j0 = 0; j0 < n; j0 += nr) {
     const int64_t cols = std::min(nr, n - j0);
     pack(b, j0, nr, k0, kc, buf.b_packed.data());
+    if (blocks > 0) {
+      if (cols < nr) std::fill(buf.sb_packed.begin(), buf.sb_packed.end(), 0.0f);
+      for (int64_t j = 0; j < blocks; ++j)
+        std::copy(sc.sb + j * n + j0, sc.sb + j * n + j0 + cols, buf.sb_packed.data() + j * nr);
+    }
     for (int64_t t = 0; t < m_tiles; ++t) {
       const int64_t i0 = t * mr, live = std::min(mr, rows - i0);
       float* ct = c + i0 * n + j0;
+      const float* ap = buf.a_packed.data() + t * mr * kc;
+      auto run = [&](float* dst, int64_t ldc) {
+        if (blocks > 0) {
+          ks.block_fn(kc, sc.block, ap, buf.b_packed.data(), buf.sa_packed.data() + t * blocks * mr,
+                      buf.sb_packed.data(), dst, ldc);
+        } else {
+          ks.fn(kc, ap, buf.b_packed.data(), dst, ldc, zero);
+        }
+      };
       if (live == mr && cols == nr) {
-        ks.fn(kc, buf.a_packed.data() + t * mr * kc, buf.b_packed.data(), ct, n, zero);
+        run(ct, n);
         continue;
       }
       float* e = buf.edge.data();
-      if (!zero)
+      if (!zero || blocks > 0) {
+        std::fill(e, e + mr * nr, 0.0f);
         for (int64_t i = 0; i < live; ++i) std::copy(ct + i * n, ct + i * n + cols, e + i * nr);
-      ks.fn(kc, buf.a_packed.data() + t * mr * kc, buf.b_packed.data(), e, nr, zero);
+      }
+      run(e, nr);
       for (int64_t i = 0; i < live; ++i) std::copy(e + i * nr, e + i * nr + cols, ct + i * n);
     }
   }
@@ -270,42 +379,31 @@ TweStatus write_rows(const GemmArgs& args, const float* acc, int64_t r0, int64_t
 // results do not depend on them (one chain per element).
 constexpr int64_t kRowChunk = 96;
 
-// The scale-accumulate loop is elementwise (no contraction: -ffp-contract=off), so its wider
-// vector clones give the same bytes as the baseline one.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define TWE_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TWE_VECTOR_CLONES
-#endif
-
-/*! acc[c] += fl(fl(p[c] · sa) · sb[c]) for c < n (§8 block scaling). */
-TWE_VECTOR_CLONES void scale_accumulate(float* acc, const float* p, float sa, const float* sb, int64_t n) {
-  for (int64_t c = 0; c < n; ++c) acc[c] = acc[c] + numerics::gemm_scale_partial(p[c], sa, sb[c]);
-}
-
 /*! Per-worker buffers of the block-scaled path. */
 struct BlockBuffers {
-  std::vector<float> partial;
+  std::vector<float> scale_a;
   KernelBuffers kernel;
 };
 
 /*! Accumulators of rows [r0, r0 + rows) of a block format: Σ_blocks fl(fl(p · s_a) · s_b) in K
  *  order, each block's partial p one FMA chain from +0 over the block; scale_b holds every
- *  block's B scales, (blocks, n). */
+ *  block's B scales, (blocks, n). K-ranges of whole blocks (about kKc values) run fused in the
+ *  block micro-kernel, which keeps the same per-element order. */
 void block_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r0, int64_t rows, float* acc,
                 BlockBuffers& buf, const std::vector<float>& scale_b) {
   const int64_t n = args.n, block = gemm_block_length(args.scaling);
   const int64_t blocks = ceil_div(args.k, block);
   const int64_t a_stride = cols(args.a->scale_inv);
-  buf.partial.resize(static_cast<size_t>(rows * n));
+  const int64_t range_blocks = std::max<int64_t>(1, kKc / block);
+  buf.scale_a.resize(static_cast<size_t>(rows * blocks));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < blocks; ++j)
+      buf.scale_a[i * blocks + j] = gemm_block_scale(args.scaling, *args.a, a_stride, r0 + i, j);
   std::fill(acc, acc + rows * n, 0.0f);
-  for (int64_t j = 0; j < blocks; ++j) {
-    const int64_t k0 = j * block, len = std::min(block, args.k - k0);
-    chain_product(a, b, r0, rows, k0, len, n, buf.partial.data(), true, buf.kernel);
-    for (int64_t i = 0; i < rows; ++i) {
-      scale_accumulate(acc + i * n, buf.partial.data() + i * n,
-                       gemm_block_scale(args.scaling, *args.a, a_stride, r0 + i, j), scale_b.data() + j * n, n);
-    }
+  for (int64_t j = 0; j < blocks; j += range_blocks) {
+    const int64_t k0 = j * block, len = std::min(range_blocks * block, args.k - k0);
+    const RangeScales sc{block, buf.scale_a.data() + j, blocks, scale_b.data() + j * n};
+    chain_product(a, b, r0, rows, k0, len, n, acc, false, buf.kernel, sc);
   }
 }
 
