@@ -14,7 +14,7 @@ import torch
 import twinengine.pytorch as te
 from twinengine.quantizers import (Float8BlockQuantizer, Float8CurrentScalingQuantizer, MXFP8Quantizer,
                                    NVFP4Quantizer)
-from reference.gemm_order import chain_dot_ref
+from reference.gemm_order import block_chain_ref, chain_dot_ref, per_tensor_chain_ref
 
 # Row-wise (1D) formats: with a same-magnitude value in every row (column 0 = ±PEAK), a row
 # slice quantizes to exactly the rows of the full tensor (same per-tensor amax / scale too).
@@ -159,3 +159,37 @@ def test_micro_kernels_give_identical_bytes(tmp_path):
         results[isa] = np.load(path)
     np.testing.assert_array_equal(results["avx2"], results["scalar"])
     np.testing.assert_array_equal(results["avx512"], results["scalar"])
+
+
+@pytest.mark.parametrize("fmt", ["fp8_current", "mxfp8", "fp8_block"])
+@pytest.mark.parametrize("usage", ["fprop", "wgrad"])
+def test_quantized_bytes_are_the_documented_block_order(fmt, usage):
+    # Decoded codes and scales from the NumPy reference readers; the accumulator in the documented
+    # order (reference.gemm_order), rounded once to fp32 (the output dtype here).
+    from reference.gemm import fp8_block_operand_ref, mxfp8_operand_ref, per_tensor_operand_ref
+    rng = np.random.default_rng(11)
+    m, n, k = (256, 128, 384) if fmt == "fp8_block" else (64, 96, 160)
+    x = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-6, 6, (m, 1)))).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    qx, qw = operand(fmt, x), operand(fmt, w)
+    col = usage == "wgrad"
+    if col:  # gemm(xᵀ-copy, wᵀ-copy) contracts over the rows: (k, k') from x (m, k), x (m, k)
+        qw = qx
+    got = te.gemm(qx, qw, a_columnwise=col, b_columnwise=col).numpy()
+
+    def ref_op(t):
+        prefix = "columnwise" if col else "rowwise"
+        data = getattr(t, f"{prefix}_data").view(torch.uint8).numpy()
+        scale = getattr(t, f"{prefix}_scale_inv").numpy()
+        if fmt == "mxfp8":
+            return mxfp8_operand_ref(data, t.quantizer.fp8_dtype, scale, col)
+        if fmt == "fp8_block":
+            return fp8_block_operand_ref(data, t.quantizer.fp8_dtype, scale, False)
+        return per_tensor_operand_ref(data, t.quantizer.fp8_dtype, scale)
+
+    (va, sa), (vb, sb) = ref_op(qx), ref_op(qw)
+    if fmt == "fp8_current":
+        want = per_tensor_chain_ref(va, vb, sa[0, 0], sb[0, 0])
+    else:
+        want = block_chain_ref(va, sa, vb, sb, 32 if fmt == "mxfp8" else 128)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

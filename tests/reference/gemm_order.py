@@ -38,3 +38,23 @@ def chain_dot_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     for k in range(a.shape[1]):
         c = fma_f32(a[:, k:k + 1], b[None, :, k], c)
     return c
+
+
+def block_chain_ref(va: np.ndarray, sa: np.ndarray, vb: np.ndarray, sb: np.ndarray, block: int) -> np.ndarray:
+    """(M, N) fp32 accumulator of a block format: acc = +0; for each K-block b (the last may be
+    shorter): p = chain_dot_ref over the block, acc = fl(acc + fl(fl(p · sa[:, b]) · sb[:, b])).
+
+    va (M, K), vb (N, K): the decoded (exact fp32) values; sa (M, blocks), sb (N, blocks) fp32 scales.
+    """
+    va, vb = np.asarray(va, np.float32), np.asarray(vb, np.float32)
+    sa, sb = np.asarray(sa, np.float32), np.asarray(sb, np.float32)
+    acc = np.zeros((va.shape[0], vb.shape[0]), np.float32)
+    for j, k0 in enumerate(range(0, va.shape[1], block)):
+        p = chain_dot_ref(va[:, k0:k0 + block], vb[:, k0:k0 + block])
+        acc = acc + (p * sa[:, j:j + 1]) * sb[None, :, j]
+    return acc
+
+
+def per_tensor_chain_ref(va: np.ndarray, vb: np.ndarray, scale_a: float, scale_b: float) -> np.ndarray:
+    """(M, N) fp32 of per-tensor FP8: fl(fl(chain · s_inv_a) · s_inv_b)."""
+    return (chain_dot_ref(va, vb) * np.float32(scale_a)) * np.float32(scale_b)
