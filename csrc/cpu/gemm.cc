@@ -1,18 +1,19 @@
-// CPU kernel of the gemm family: operands widened to fp32 panels, packed into micro-panels, and
-// multiplied by our own register-tiled kernel whose accumulation order is fixed per element (a
-// sequential fp32 FMA chain over k, NUMERICS §8 batch invariance); block scaling and the epilogue
-// in loops; value math is in numerics.h.
-
-#include <algorithm>
-#include <cmath>
-#include <array>
-#include <atomic>
-#include <cstring>
-#include <vector>
-
+// CPU kernel of the gemm family: operands widened to fp32 panels, partial sums from our blocked
+// FMA micro-kernels (AVX-512 / AVX2+FMA / scalar fmaf, chosen at run time, identical bytes: one
+// sequential FMA chain over K per output element, §8 batch invariance), block scaling and the
+// epilogue in loops; value math is in numerics.h.
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "internal/cpu.h"
 #include "internal/gemm.h"
@@ -71,150 +72,278 @@ const float* widen(const TweGemmOperand& op, TweGemmScaling scaling, std::vector
   return buffer.data();
 }
 
-/*! A widened operand: rows [r0, ...) of K-slice [k0, ...) start at `at(r0, k0)`, leading dimension ld(). */
+/*! A widened operand: element (r, k) at data[r * k + k] (K-major) or data[k * rows + r]. */
 struct Panel {
   const float* data;
   bool k_major;
   int64_t rows;
   int64_t k;
-  const float* at(int64_t r0, int64_t k0) const { return k_major ? data + r0 * k + k0 : data + k0 * rows + r0; }
-  int64_t ld() const { return k_major ? k : rows; }
-  int64_t k_step() const { return k_major ? 1 : rows; }  // distance between consecutive K indices
+  int64_t row_step() const { return k_major ? k : 1; }
+  int64_t k_step() const { return k_major ? 1 : rows; }
 };
 
-// ---- The multiply: packed micro-panels and one register-tiled kernel ----------------------------
-//
-// Every accumulator c[i][j] is one chain c = fma(a[i][k], b[j][k], c) over k in increasing order
-// from c = 0 (the K range of one product: all of K, or one scaling block). Tiling, packing, the
-// K blocking (a chain continued through a stored fp32 accumulator is the same chain), the row
-// chunks given to threads, M and N never change that chain, so element (i, j) depends only on
-// row i of A, row j of B and K: a GEMM over a slice of rows or columns gives exactly that
-// slice of the full GEMM's bytes. Padding rows/columns of the micro-panels are zeros whose
-// results are dropped.
+// ---------------------------------------------------------------------------------------------
+// Micro-kernels. Every output element is one fp32 FMA chain over K in increasing order:
+//   c = +0; for k: c = fma(a[i][k], b[j][k], c)
+// (single rounding per step, explicit FMA instructions or fmaf in every variant), so its bytes
+// do not depend on the tile, the ISA, M, N or the thread count (§8 batch invariance). The
+// K-blocking below continues the same chain: a tile's accumulators are stored in fp32 and
+// reloaded unchanged for the next K-block.
 
-constexpr int64_t kMR = 6;    // rows of A per micro-tile (broadcast operands)
-constexpr int64_t kNR = 16;   // columns of B per micro-tile (one AVX-512 vector, two AVX2 ones)
-constexpr int64_t kKC = 256;  // K steps per pass over a micro-panel pair (keeps them in L1/L2)
+/*! C tile (mr × nr, leading dimension ldc) [+]= Σ_k Ap[k][0:mr] ⊗ Bp[k][0:nr], chain per element. */
+using MicroKernel = void (*)(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, bool zero);
 
-/*! Packs rows [r0, r0 + rows) of p over all K into micro-panels of `width` rows:
- *  dst[(panel * K + k) * width + i] = p(r0 + panel * width + i, k), zero past the last row. */
-void pack_panels(const Panel& p, int64_t r0, int64_t rows, int64_t width, float* dst) {
-  const int64_t K = p.k, panels = ceil_div(rows, width);
-  for (int64_t q = 0; q < panels; ++q) {
-    float* out = dst + q * K * width;
-    const int64_t live = std::min(width, rows - q * width);
-    if (p.k_major) {
-      for (int64_t i = 0; i < width; ++i) {
-        if (i >= live) {
-          for (int64_t k = 0; k < K; ++k) out[k * width + i] = 0.0f;
-          continue;
+/*! Block formats: for each K-block b of `block` (the last may be shorter) of the kc K values,
+ *  p = chain from +0 over the block, then c = fl(c + fl(fl(p · sa[b][i]) · sb[b][j])) (§8). */
+using BlockKernel = void (*)(int64_t kc, int64_t block, const float* ap, const float* bp, const float* sa,
+                             const float* sb, float* c, int64_t ldc);
+
+struct KernelShape {
+  MicroKernel fn;
+  BlockKernel block_fn;
+  int64_t mr;
+  int64_t nr;
+};
+
+constexpr int64_t kScalarMr = 4, kScalarNr = 4;
+void kernel_scalar(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, bool zero) {
+  float acc[kScalarMr][kScalarNr];
+  for (int64_t i = 0; i < kScalarMr; ++i)
+    for (int64_t j = 0; j < kScalarNr; ++j) acc[i][j] = zero ? 0.0f : c[i * ldc + j];
+  for (int64_t k = 0; k < kc; ++k) {
+    for (int64_t i = 0; i < kScalarMr; ++i) {
+      const float a = ap[k * kScalarMr + i];
+      for (int64_t j = 0; j < kScalarNr; ++j) acc[i][j] = std::fma(a, bp[k * kScalarNr + j], acc[i][j]);
+    }
+  }
+  for (int64_t i = 0; i < kScalarMr; ++i)
+    for (int64_t j = 0; j < kScalarNr; ++j) c[i * ldc + j] = acc[i][j];
+}
+
+void block_kernel_scalar(int64_t kc, int64_t block, const float* ap, const float* bp, const float* sa,
+                         const float* sb, float* c, int64_t ldc) {
+  for (int64_t k0 = 0, b = 0; k0 < kc; k0 += block, ++b) {
+    float p[kScalarMr][kScalarNr] = {};
+    for (int64_t k = k0; k < std::min(kc, k0 + block); ++k) {
+      for (int64_t i = 0; i < kScalarMr; ++i) {
+        const float a = ap[k * kScalarMr + i];
+        for (int64_t j = 0; j < kScalarNr; ++j) p[i][j] = std::fma(a, bp[k * kScalarNr + j], p[i][j]);
+      }
+    }
+    for (int64_t i = 0; i < kScalarMr; ++i)
+      for (int64_t j = 0; j < kScalarNr; ++j)
+        c[i * ldc + j] = c[i * ldc + j] + numerics::gemm_scale_partial(p[i][j], sa[b * kScalarMr + i],
+                                                                         sb[b * kScalarNr + j]);
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TWE_GEMM_X86 1
+constexpr int64_t kAvx2Mr = 6, kAvx2Nr = 16;
+__attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* ap, const float* bp, float* c,
+                                                      int64_t ldc, bool zero) {
+  __m256 acc[kAvx2Mr][2];
+  for (int i = 0; i < kAvx2Mr; ++i) {
+    acc[i][0] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(c + i * ldc);
+    acc[i][1] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(c + i * ldc + 8);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(bp + k * kAvx2Nr), b1 = _mm256_loadu_ps(bp + k * kAvx2Nr + 8);
+    for (int i = 0; i < kAvx2Mr; ++i) {
+      const __m256 a = _mm256_broadcast_ss(ap + k * kAvx2Mr + i);
+      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < kAvx2Mr; ++i) {
+    _mm256_storeu_ps(c + i * ldc, acc[i][0]);
+    _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void block_kernel_avx2(int64_t kc, int64_t block, const float* ap,
+                                                            const float* bp, const float* sa, const float* sb,
+                                                            float* c, int64_t ldc) {
+  for (int64_t k0 = 0, b = 0; k0 < kc; k0 += block, ++b) {
+    __m256 p[kAvx2Mr][2];
+    for (int i = 0; i < kAvx2Mr; ++i) p[i][0] = p[i][1] = _mm256_setzero_ps();
+    for (int64_t k = k0; k < std::min(kc, k0 + block); ++k) {
+      const __m256 b0 = _mm256_loadu_ps(bp + k * kAvx2Nr), b1 = _mm256_loadu_ps(bp + k * kAvx2Nr + 8);
+      for (int i = 0; i < kAvx2Mr; ++i) {
+        const __m256 a = _mm256_broadcast_ss(ap + k * kAvx2Mr + i);
+        p[i][0] = _mm256_fmadd_ps(a, b0, p[i][0]);
+        p[i][1] = _mm256_fmadd_ps(a, b1, p[i][1]);
+      }
+    }
+    const __m256 s0 = _mm256_loadu_ps(sb + b * kAvx2Nr), s1 = _mm256_loadu_ps(sb + b * kAvx2Nr + 8);
+    for (int i = 0; i < kAvx2Mr; ++i) {
+      const __m256 si = _mm256_broadcast_ss(sa + b * kAvx2Mr + i);
+      _mm256_storeu_ps(c + i * ldc, _mm256_add_ps(_mm256_loadu_ps(c + i * ldc),
+                                                  _mm256_mul_ps(_mm256_mul_ps(p[i][0], si), s0)));
+      _mm256_storeu_ps(c + i * ldc + 8, _mm256_add_ps(_mm256_loadu_ps(c + i * ldc + 8),
+                                                      _mm256_mul_ps(_mm256_mul_ps(p[i][1], si), s1)));
+    }
+  }
+}
+
+constexpr int64_t kAvx512Mr = 8, kAvx512Nr = 32;
+__attribute__((target("avx512f"))) void block_kernel_avx512(int64_t kc, int64_t block, const float* ap,
+                                                             const float* bp, const float* sa, const float* sb,
+                                                             float* c, int64_t ldc) {
+  for (int64_t k0 = 0, b = 0; k0 < kc; k0 += block, ++b) {
+    __m512 p[kAvx512Mr][2];
+    for (int i = 0; i < kAvx512Mr; ++i) p[i][0] = p[i][1] = _mm512_setzero_ps();
+    for (int64_t k = k0; k < std::min(kc, k0 + block); ++k) {
+      const __m512 b0 = _mm512_loadu_ps(bp + k * kAvx512Nr), b1 = _mm512_loadu_ps(bp + k * kAvx512Nr + 16);
+      for (int i = 0; i < kAvx512Mr; ++i) {
+        const __m512 a = _mm512_set1_ps(ap[k * kAvx512Mr + i]);
+        p[i][0] = _mm512_fmadd_ps(a, b0, p[i][0]);
+        p[i][1] = _mm512_fmadd_ps(a, b1, p[i][1]);
+      }
+    }
+    const __m512 s0 = _mm512_loadu_ps(sb + b * kAvx512Nr), s1 = _mm512_loadu_ps(sb + b * kAvx512Nr + 16);
+    for (int i = 0; i < kAvx512Mr; ++i) {
+      const __m512 si = _mm512_set1_ps(sa[b * kAvx512Mr + i]);
+      _mm512_storeu_ps(c + i * ldc, _mm512_add_ps(_mm512_loadu_ps(c + i * ldc),
+                                                  _mm512_mul_ps(_mm512_mul_ps(p[i][0], si), s0)));
+      _mm512_storeu_ps(c + i * ldc + 16, _mm512_add_ps(_mm512_loadu_ps(c + i * ldc + 16),
+                                                       _mm512_mul_ps(_mm512_mul_ps(p[i][1], si), s1)));
+    }
+  }
+}
+__attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* ap, const float* bp, float* c,
+                                                       int64_t ldc, bool zero) {
+  __m512 acc[kAvx512Mr][2];
+  for (int i = 0; i < kAvx512Mr; ++i) {
+    acc[i][0] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + i * ldc);
+    acc[i][1] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + i * ldc + 16);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(bp + k * kAvx512Nr), b1 = _mm512_loadu_ps(bp + k * kAvx512Nr + 16);
+    for (int i = 0; i < kAvx512Mr; ++i) {
+      const __m512 a = _mm512_set1_ps(ap[k * kAvx512Mr + i]);
+      acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < kAvx512Mr; ++i) {
+    _mm512_storeu_ps(c + i * ldc, acc[i][0]);
+    _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
+  }
+}
+#endif
+
+/*! The widest micro-kernel this CPU runs (chosen once); TWE_GEMM_ISA=scalar|avx2|avx512 overrides
+ *  it (tests compare the variants' bytes). */
+KernelShape select_kernel() {
+  const char* forced = std::getenv("TWE_GEMM_ISA");
+  const std::string want = forced ? forced : "";
+#ifdef TWE_GEMM_X86
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx512 && (want.empty() || want == "avx512")) return {kernel_avx512, block_kernel_avx512, kAvx512Mr, kAvx512Nr};
+  if (avx2 && (want.empty() || want == "avx512" || want == "avx2")) return {kernel_avx2, block_kernel_avx2, kAvx2Mr, kAvx2Nr};
+#endif
+  return {kernel_scalar, block_kernel_scalar, kScalarMr, kScalarNr};
+}
+
+const KernelShape& kernel_shape() {
+  static const KernelShape shape = select_kernel();
+  return shape;
+}
+
+// K-block of the high-precision / per-tensor chain (a packed B tile of kKc × nr floats stays in L1).
+constexpr int64_t kKc = 256;
+
+/*! dst[k][0:mr] = panel rows [r0, r0 + mr) at K [k0, k0 + kc); rows past `rows` are zero. */
+void pack(const Panel& p, int64_t r0, int64_t mr, int64_t k0, int64_t kc, float* dst) {
+  const int64_t live = std::min(mr, p.rows - r0);
+  const int64_t rs = p.row_step(), ks = p.k_step();
+  const float* src = p.data + r0 * rs + k0 * ks;
+  if (live < mr) std::fill(dst, dst + kc * mr, 0.0f);
+  if (p.k_major) {
+    for (int64_t r = 0; r < live; ++r)
+      for (int64_t k = 0; k < kc; ++k) dst[k * mr + r] = src[r * rs + k];
+  } else {
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t r = 0; r < live; ++r) dst[k * mr + r] = src[k * ks + r];
+  }
+}
+
+/*! Workspace of one worker: packed A row-tiles, one packed B tile, an edge tile, packed scales. */
+struct KernelBuffers {
+  std::vector<float> a_packed;
+  std::vector<float> b_packed;
+  std::vector<float> edge;
+  std::vector<float> sa_packed;
+  std::vector<float> sb_packed;
+};
+
+/*! Block scales of one K-range for the block kernel: sa (rows, blocks) with row stride sa_stride for
+ *  the chunk's rows, sb (blocks, n) with row stride n; block = 0 for the plain chain. */
+struct RangeScales {
+  int64_t block = 0;
+  const float* sa = nullptr;
+  int64_t sa_stride = 0;
+  const float* sb = nullptr;
+};
+
+/*! c (rows, n) [+]= A[r0:r0+rows, k0:k0+kc] · B[:, k0:k0+kc]ᵀ. Plain: one FMA chain per element
+ *  continued from c (zero: started at +0). Block-scaled (sc.block > 0, k0 a multiple of it): each
+ *  block's chain from +0, scaled and added to c (§8). */
+void chain_product(const Panel& a, const Panel& b, int64_t r0, int64_t rows, int64_t k0, int64_t kc, int64_t n,
+                   float* c, bool zero, KernelBuffers& buf, const RangeScales& sc = {}) {
+  const KernelShape& ks = kernel_shape();
+  const int64_t mr = ks.mr, nr = ks.nr;
+  const int64_t m_tiles = ceil_div(rows, mr);
+  const int64_t blocks = sc.block > 0 ? ceil_div(kc, sc.block) : 0;
+  buf.a_packed.resize(static_cast<size_t>(m_tiles * mr * kc));
+  buf.b_packed.resize(static_cast<size_t>(nr * kc));
+  buf.edge.resize(static_cast<size_t>(mr * nr));
+  // Rows past this chunk's end are computed and discarded (edge tiles copy only live rows).
+  for (int64_t t = 0; t < m_tiles; ++t) pack(a, r0 + t * mr, mr, k0, kc, buf.a_packed.data() + t * mr * kc);
+  if (blocks > 0) {
+    buf.sa_packed.assign(static_cast<size_t>(m_tiles * mr * blocks), 0.0f);
+    buf.sb_packed.resize(static_cast<size_t>(nr * blocks));
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t t = i / mr, r = i % mr;
+      for (int64_t j = 0; j < blocks; ++j) buf.sa_packed[(t * blocks + j) * mr + r] = sc.sa[i * sc.sa_stride + j];
+    }
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += nr) {
+    const int64_t cols = std::min(nr, n - j0);
+    pack(b, j0, nr, k0, kc, buf.b_packed.data());
+    if (blocks > 0) {
+      if (cols < nr) std::fill(buf.sb_packed.begin(), buf.sb_packed.end(), 0.0f);
+      for (int64_t j = 0; j < blocks; ++j)
+        std::copy(sc.sb + j * n + j0, sc.sb + j * n + j0 + cols, buf.sb_packed.data() + j * nr);
+    }
+    for (int64_t t = 0; t < m_tiles; ++t) {
+      const int64_t i0 = t * mr, live = std::min(mr, rows - i0);
+      float* ct = c + i0 * n + j0;
+      const float* ap = buf.a_packed.data() + t * mr * kc;
+      auto run = [&](float* dst, int64_t ldc) {
+        if (blocks > 0) {
+          ks.block_fn(kc, sc.block, ap, buf.b_packed.data(), buf.sa_packed.data() + t * blocks * mr,
+                      buf.sb_packed.data(), dst, ldc);
+        } else {
+          ks.fn(kc, ap, buf.b_packed.data(), dst, ldc, zero);
         }
-        const float* row = p.data + (r0 + q * width + i) * K;
-        for (int64_t k = 0; k < K; ++k) out[k * width + i] = row[k];
+      };
+      if (live == mr && cols == nr) {
+        run(ct, n);
+        continue;
       }
-    } else {
-      for (int64_t k = 0; k < K; ++k) {
-        const float* col = p.data + k * p.rows + r0 + q * width;
-        for (int64_t i = 0; i < live; ++i) out[k * width + i] = col[i];
-        for (int64_t i = live; i < width; ++i) out[k * width + i] = 0.0f;
+      float* e = buf.edge.data();
+      if (!zero || blocks > 0) {
+        std::fill(e, e + mr * nr, 0.0f);
+        for (int64_t i = 0; i < live; ++i) std::copy(ct + i * n, ct + i * n + cols, e + i * nr);
       }
+      run(e, nr);
+      for (int64_t i = 0; i < live; ++i) std::copy(e + i * nr, e + i * nr + cols, ct + i * n);
     }
   }
-}
-
-/*! c[i][j] = fma chain over `len` k steps continued from c (a kMR × kNR tile, row-major):
- *  the portable kernel. The vector kernels below run the same fmaf chain in every lane (fused
- *  multiply-add rounds once on every target), so all three give the same bytes. */
-void micro_kernel_scalar(const float* ap, const float* bp, int64_t len, float* c) {
-  float acc[kMR][kNR];
-  for (int64_t i = 0; i < kMR; ++i)
-    for (int64_t j = 0; j < kNR; ++j) acc[i][j] = c[i * kNR + j];
-  for (int64_t k = 0; k < len; ++k)
-    for (int64_t i = 0; i < kMR; ++i)
-      for (int64_t j = 0; j < kNR; ++j) acc[i][j] = std::fma(ap[k * kMR + i], bp[k * kNR + j], acc[i][j]);
-  for (int64_t i = 0; i < kMR; ++i)
-    for (int64_t j = 0; j < kNR; ++j) c[i * kNR + j] = acc[i][j];
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f"))) void micro_kernel_avx512(const float* ap, const float* bp, int64_t len, float* c) {
-  static_assert(kMR == 6 && kNR == 16, "one zmm per tile row");
-  __m512 c0 = _mm512_loadu_ps(c), c1 = _mm512_loadu_ps(c + 16), c2 = _mm512_loadu_ps(c + 32);
-  __m512 c3 = _mm512_loadu_ps(c + 48), c4 = _mm512_loadu_ps(c + 64), c5 = _mm512_loadu_ps(c + 80);
-  for (int64_t k = 0; k < len; ++k) {
-    const __m512 b = _mm512_loadu_ps(bp + k * kNR);
-    const float* a = ap + k * kMR;
-    c0 = _mm512_fmadd_ps(_mm512_set1_ps(a[0]), b, c0);
-    c1 = _mm512_fmadd_ps(_mm512_set1_ps(a[1]), b, c1);
-    c2 = _mm512_fmadd_ps(_mm512_set1_ps(a[2]), b, c2);
-    c3 = _mm512_fmadd_ps(_mm512_set1_ps(a[3]), b, c3);
-    c4 = _mm512_fmadd_ps(_mm512_set1_ps(a[4]), b, c4);
-    c5 = _mm512_fmadd_ps(_mm512_set1_ps(a[5]), b, c5);
-  }
-  _mm512_storeu_ps(c, c0), _mm512_storeu_ps(c + 16, c1), _mm512_storeu_ps(c + 32, c2);
-  _mm512_storeu_ps(c + 48, c3), _mm512_storeu_ps(c + 64, c4), _mm512_storeu_ps(c + 80, c5);
-}
-
-__attribute__((target("avx2,fma"))) void micro_kernel_avx2(const float* ap, const float* bp, int64_t len, float* c) {
-  __m256 lo[kMR], hi[kMR];
-  for (int i = 0; i < kMR; ++i) lo[i] = _mm256_loadu_ps(c + i * kNR), hi[i] = _mm256_loadu_ps(c + i * kNR + 8);
-  for (int64_t k = 0; k < len; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(bp + k * kNR), b1 = _mm256_loadu_ps(bp + k * kNR + 8);
-    for (int i = 0; i < kMR; ++i) {
-      const __m256 a = _mm256_broadcast_ss(ap + k * kMR + i);
-      lo[i] = _mm256_fmadd_ps(a, b0, lo[i]);
-      hi[i] = _mm256_fmadd_ps(a, b1, hi[i]);
-    }
-  }
-  for (int i = 0; i < kMR; ++i) _mm256_storeu_ps(c + i * kNR, lo[i]), _mm256_storeu_ps(c + i * kNR + 8, hi[i]);
-}
-#endif
-
-using MicroKernel = void (*)(const float*, const float*, int64_t, float*);
-
-/*! The widest kernel the running CPU supports (chosen once). */
-MicroKernel micro_kernel() {
-  static const MicroKernel kernel = [] {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return &micro_kernel_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &micro_kernel_avx2;
-#endif
-    return &micro_kernel_scalar;
-  }();
-  return kernel;
-}
-
-/*! Packed operands of one row chunk: A's rows of the chunk and all of B, each over all K. */
-struct Packed {
-  const float* a;  // ceil(rows / kMR) panels of (K, kMR)
-  const float* b;  // ceil(n / kNR) panels of (K, kNR)
-  int64_t rows, n, k;
-};
-
-/*! c (rows, n) row-major = Σ_{k0 <= k < k0 + len} A[i][k] · B[j][k] as one fma chain per element
- *  starting from 0; `tiles` is scratch of ceil(rows/kMR) · ceil(n/kNR) tiles. */
-void product(const Packed& p, int64_t k0, int64_t len, float* tiles, float* c) {
-  const int64_t row_panels = ceil_div(p.rows, kMR), col_panels = ceil_div(p.n, kNR);
-  constexpr int64_t kTileFloats = kMR * kNR;
-  std::fill(tiles, tiles + row_panels * col_panels * kTileFloats, 0.0f);
-  const MicroKernel kernel = micro_kernel();
-  for (int64_t kc = k0; kc < k0 + len; kc += kKC) {
-    const int64_t steps = std::min(kKC, k0 + len - kc);
-    for (int64_t jp = 0; jp < col_panels; ++jp) {
-      const float* bp = p.b + (jp * p.k + kc) * kNR;
-      for (int64_t ip = 0; ip < row_panels; ++ip)
-        kernel(p.a + (ip * p.k + kc) * kMR, bp, steps, tiles + (ip * col_panels + jp) * kTileFloats);
-    }
-  }
-  for (int64_t ip = 0; ip < row_panels; ++ip)
-    for (int64_t i = 0; i < std::min(kMR, p.rows - ip * kMR); ++i)
-      for (int64_t jp = 0; jp < col_panels; ++jp) {
-        const float* tile = tiles + (ip * col_panels + jp) * kTileFloats + i * kNR;
-        float* out = c + (ip * kMR + i) * p.n + jp * kNR;
-        const int64_t width = std::min(kNR, p.n - jp * kNR);
-        for (int64_t j = 0; j < width; ++j) out[j] = tile[j];
-      }
 }
 
 /*! out rows = round(acc (+ bias)) to the output dtype. */
@@ -246,47 +375,47 @@ TweStatus write_rows(const GemmArgs& args, const float* acc, int64_t r0, int64_t
   });
 }
 
-// Rows handed to a worker at a time (results do not depend on it: see the multiply above).
-constexpr int64_t kRowChunk = 240;
+// Row chunks are the unit of work of one thread (a multiple of every micro-kernel's row tile);
+// results do not depend on them (one chain per element).
+constexpr int64_t kRowChunk = 96;
 
-// The scale-accumulate loop is elementwise (no contraction: -ffp-contract=off), so its wider
-// vector clones give the same bytes as the baseline one.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define TWE_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TWE_VECTOR_CLONES
-#endif
-
-/*! acc[c] += fl(fl(p[c] · sa) · sb[c]) for c < n (§8 block scaling). */
-TWE_VECTOR_CLONES void scale_accumulate(float* acc, const float* p, float sa, const float* sb, int64_t n) {
-  for (int64_t c = 0; c < n; ++c) acc[c] = acc[c] + numerics::gemm_scale_partial(p[c], sa, sb[c]);
-}
-
-/*! Per-worker buffers: packed A rows of a chunk, product tiles, one block's partial sums, A's block scales. */
-struct WorkerBuffers {
-  std::vector<float> packed_a;
-  std::vector<float> tiles;
-  std::vector<float> partial;
+/*! Per-worker buffers of the block-scaled path. */
+struct BlockBuffers {
   std::vector<float> scale_a;
+  KernelBuffers kernel;
 };
 
 /*! Accumulators of rows [r0, r0 + rows) of a block format: Σ_blocks fl(fl(p · s_a) · s_b) in K
- *  order, p the block's partial product (its own fma chain from 0); scale_b holds every block's
- *  B scales, (blocks, n). */
-void block_rows(const GemmArgs& args, const Packed& p, int64_t r0, float* acc, WorkerBuffers& buf,
-                const std::vector<float>& scale_b) {
-  const int64_t rows = p.rows, n = args.n, block = gemm_block_length(args.scaling);
+ *  order, each block's partial p one FMA chain from +0 over the block; scale_b holds every
+ *  block's B scales, (blocks, n). K-ranges of whole blocks (about kKc values) run fused in the
+ *  block micro-kernel, which keeps the same per-element order. */
+void block_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r0, int64_t rows, float* acc,
+                BlockBuffers& buf, const std::vector<float>& scale_b) {
+  const int64_t n = args.n, block = gemm_block_length(args.scaling);
   const int64_t blocks = ceil_div(args.k, block);
   const int64_t a_stride = cols(args.a->scale_inv);
-  buf.partial.resize(static_cast<size_t>(rows * n));
-  buf.scale_a.resize(static_cast<size_t>(rows));
+  const int64_t range_blocks = std::max<int64_t>(1, kKc / block);
+  buf.scale_a.resize(static_cast<size_t>(rows * blocks));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < blocks; ++j)
+      buf.scale_a[i * blocks + j] = gemm_block_scale(args.scaling, *args.a, a_stride, r0 + i, j);
   std::fill(acc, acc + rows * n, 0.0f);
-  for (int64_t j = 0; j < blocks; ++j) {
-    const int64_t k0 = j * block, len = std::min(block, args.k - k0);
-    product(p, k0, len, buf.tiles.data(), buf.partial.data());
-    for (int64_t i = 0; i < rows; ++i) buf.scale_a[i] = gemm_block_scale(args.scaling, *args.a, a_stride, r0 + i, j);
-    for (int64_t i = 0; i < rows; ++i)
-      scale_accumulate(acc + i * n, buf.partial.data() + i * n, buf.scale_a[i], scale_b.data() + j * n, n);
+  for (int64_t j = 0; j < blocks; j += range_blocks) {
+    const int64_t k0 = j * block, len = std::min(range_blocks * block, args.k - k0);
+    const RangeScales sc{block, buf.scale_a.data() + j, blocks, scale_b.data() + j * n};
+    chain_product(a, b, r0, rows, k0, len, n, acc, false, buf.kernel, sc);
+  }
+}
+
+/*! Accumulators of rows [r0, r0 + rows) of the other formats: one FMA chain over K per element. */
+void full_k_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r0, int64_t rows, float* acc,
+                 KernelBuffers& buf) {
+  if (args.k == 0) {
+    std::fill(acc, acc + rows * args.n, 0.0f);
+    return;
+  }
+  for (int64_t k0 = 0; k0 < args.k; k0 += kKc) {
+    chain_product(a, b, r0, rows, k0, std::min(kKc, args.k - k0), args.n, acc, k0 == 0, buf);
   }
 }
 
@@ -330,21 +459,14 @@ TweStatus gemm(const GemmArgs& args) {
   std::atomic<int> status{kTweSuccess};
   // Multiply-adds per parallel_for work unit (it starts a thread per 2^18 units).
   constexpr int64_t kMacsPerWorkUnit = 16;
-  // B packed once for every chunk: ceil(n / kNR) micro-panels over all K.
-  std::vector<float> packed_b(static_cast<size_t>(round_up(n, kNR) * k));
-  pack_panels(b, 0, n, kNR, packed_b.data());
   parallel_for(chunks, m * n * std::max<int64_t>(k, 1) / kMacsPerWorkUnit, [&](int64_t first, int64_t last) {
     std::vector<float> acc(static_cast<size_t>(chunk * n));
-    WorkerBuffers buffers;
-    buffers.packed_a.resize(static_cast<size_t>(round_up(chunk, kMR) * k));
-    buffers.tiles.resize(static_cast<size_t>(round_up(chunk, kMR) * round_up(n, kNR)));
+    BlockBuffers buffers;
     for (int64_t c = first; c < last; ++c) {
       const int64_t r0 = c * chunk;
       const int64_t rows = std::min(chunk, m - r0);
-      pack_panels(a, r0, rows, kMR, buffers.packed_a.data());
-      const Packed p{buffers.packed_a.data(), packed_b.data(), rows, n, k};
-      if (block > 0) block_rows(args, p, r0, acc.data(), buffers, scale_b);
-      else product(p, 0, k, buffers.tiles.data(), acc.data());
+      if (block > 0) block_rows(args, a, b, r0, rows, acc.data(), buffers, scale_b);
+      else full_k_rows(args, a, b, r0, rows, acc.data(), buffers.kernel);
       if (scale_at_end) {
         for (int64_t i = 0; i < rows * n; ++i) acc[i] = numerics::gemm_scale_partial(acc[i], final_a, final_b);
       }
