@@ -85,6 +85,7 @@ TweStatus check_common(AttentionArgs& a) {
   if (is_causal(p.mask_type) && p.window_right != 0) {
     return fail(kTweInvalidArgument, "a causal mask needs window_right == 0");
   }
+  if (p.fp8 != 0 && p.fp8 != 1) return fail(kTweInvalidArgument, "fp8 must be 0 or 1");
   if (!(p.dropout_p >= 0.0f && p.dropout_p < 1.0f)) return fail(kTweInvalidArgument, "dropout_p must be in [0, 1)");
   if (thd) {
     if (!is_padding(p.mask_type)) return fail(kTweInvalidArgument, "layout thd needs a padding mask type");

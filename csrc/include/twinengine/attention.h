@@ -45,6 +45,8 @@ typedef struct {
   int64_t window_right;  /*!< -1: unbounded; else keys <= i + δ + right (0 for causal types) */
   float softmax_scale;   /*!< s, fp32 */
   float dropout_p;       /*!< fp32 in [0, 1); 0: no dropout (rng unused) */
+  int32_t fp8;           /*!< 1: FP8 attention (docs/attention.md §9: E4M3 Q, K, V, P; E5M2 dO, dS;
+                              per-tensor current scales computed in the kernel); 0: high precision */
 } TweAttentionParams;
 
 /*! \brief Attention forward.
