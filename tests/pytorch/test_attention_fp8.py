@@ -114,3 +114,16 @@ def test_attention_fp8_opcheck_and_bad_flag():
                                                                         *args[3:]))
     with pytest.raises(TypeError, match="fp8 must be a bool, got 1"):
         ta.attention_fwd(q, k, v, mask_type="causal", fp8=1)
+
+
+def _fp8_step(q, k, v, dout):
+    out, lse = ta.attention_fwd(q, k, v, mask_type="causal", fp8=True)
+    return (out, lse) + tuple(ta.attention_bwd(dout, q, k, v, out, lse, mask_type="causal", fp8=True))
+
+
+def test_attention_fp8_compiled_matches_eager():
+    fn = torch.compile(_fp8_step, fullgraph=True, backend="inductor")
+    q, k, v, dout = torch.randn(1, 21, 2, 8), torch.randn(1, 21, 1, 8), torch.randn(1, 21, 1, 8), \
+        torch.randn(1, 21, 2, 8)
+    for i, (x, y) in enumerate(zip(fn(q, k, v, dout), _fp8_step(q, k, v, dout), strict=True)):
+        assert_bytes_equal(from_torch(x), from_torch(y), f"compiled fp8 output {i}")
