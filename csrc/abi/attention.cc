@@ -1,6 +1,6 @@
 // C ABI of the attention family: argument checks (shapes, dtypes, mask/window consistency,
-// sequence-length values), then dispatch to the CPU kernels. There is no CUDA kernel yet: CUDA
-// views get kTweUnsupported with a clear message.
+// sequence-length values on CPU), then dispatch to the CPU or CUDA kernels (csrc/cuda/attention.cu:
+// high precision only; FP8 attention on CUDA views gets kTweUnsupported).
 #include <sstream>
 #include <string>
 
@@ -145,10 +145,6 @@ TweStatus check_common(AttentionArgs& a) {
   return kTweSuccess;
 }
 
-TweStatus unsupported_cuda(const AttentionArgs&) {
-  return fail(kTweUnsupported, "attention has no CUDA kernel yet (CPU tensors only)");
-}
-
 }  // namespace
 }  // namespace twe
 
@@ -175,7 +171,7 @@ TweStatus twe_attention_fwd(const TweTensorView* q, const TweTensorView* k, cons
   if ((st = check_shape(out, "out", q->dtype, thd ? o_thd : o_shape, q->ndim, q->device)) ||
       (st = check_shape(lse, "lse", kTweFloat32, l_shape + (thd ? 1 : 0), thd ? 2 : 3, q->device)))
     return st;
-  st = run_on_device(q->device, a, cpu::attention_fwd, unsupported_cuda);
+  st = run_on_device(q->device, a, TWE_DEVICE_FNS(attention_fwd));
   return st ? st : succeed();
 }
 
@@ -206,7 +202,7 @@ TweStatus twe_attention_bwd(const TweTensorView* dout, const TweTensorView* q, c
       (st = check_shape(dk, "dk", q->dtype, k->shape, q->ndim, q->device)) ||
       (st = check_shape(dv, "dv", q->dtype, v->shape, q->ndim, q->device)))
     return st;
-  st = run_on_device(q->device, a, cpu::attention_bwd, unsupported_cuda);
+  st = run_on_device(q->device, a, TWE_DEVICE_FNS(attention_bwd));
   return st ? st : succeed();
 }
 
