@@ -3,7 +3,9 @@ grouped_dense -> unpermute, on one device and expert-parallel under ``shard_map`
 exchanged by ``jax.lax.all_to_all`` (static shapes, jitted).
 
 Both paths run every expert on the same rows in the same order, so the expert-parallel block
-gives each device's tokens the bytes the single-device block gives them. Run as a script
+gives each device's tokens the bytes the single-device block gives them, forward and backward
+(all_to_all transposes to the reverse all_to_all: input gradients and every expert's
+parameter gradients are the single-device block's). Run as a script
 (``python -m demo.moe_jax OUT.npz``) with XLA_FLAGS=--xla_force_host_platform_device_count=8
 to compare them on 8 CPU devices (tests/jax/test_moe_block.py does, in a subprocess).
 """
@@ -83,22 +85,42 @@ def moe_block_expert_parallel(params: dict, x, topk: int, align_size: int, axis_
     return tej.moe_unpermute(returned[dest * n + offsets - dest_start[dest]], row_id_map, probs)
 
 
+EXPERT_PARAMS = ("kernel1", "bias1", "kernel2", "bias2")
+
+
 def compare(out_path: str, experts_per_device: int = 2, tokens_per_device: int = 6, hidden: int = 16,
             ffn: int = 32, topk: int = 2, align_size: int = 16) -> None:
-    """Runs both blocks on all devices' tokens and saves (single, expert_parallel) to out_path."""
+    """Runs both blocks on all devices' tokens, forward and backward (upstream gradient dy), and
+    saves outputs, input gradients and expert parameter gradients of both to out_path. (The
+    router's gradient is left out: under shard_map each device's share is summed over devices,
+    another reduction order than the single-device GEMM over all tokens.)"""
     devices = jax.devices()
     ep = len(devices)
     num_experts = ep * experts_per_device
     params = init_params(jax.random.PRNGKey(0), num_experts, hidden, ffn)
     x = jax.random.normal(jax.random.PRNGKey(1), (ep * tokens_per_device, hidden))
-    single = jax.jit(partial(moe_block, topk=topk, align_size=align_size))(params, x)
+    dy = jax.random.normal(jax.random.PRNGKey(2), (ep * tokens_per_device, hidden))
     mesh = jax.sharding.Mesh(np.array(devices), ("ep",))
     P = jax.sharding.PartitionSpec
     specs = {"router": P(), "kernel1": P("ep"), "bias1": P("ep"), "kernel2": P("ep"), "bias2": P("ep")}
     sharded = jax.shard_map(partial(moe_block_expert_parallel, topk=topk, align_size=align_size, axis_name="ep",
-                                    ep_size=ep), mesh=mesh, in_specs=(specs, P("ep")), out_specs=P("ep"))
-    parallel = jax.jit(sharded)(params, x)
-    np.savez(out_path, single=np.asarray(single), expert_parallel=np.asarray(parallel), devices=ep)
+                                    ep_size=ep), mesh=mesh, in_specs=(specs, P("ep")), out_specs=P("ep"),
+                            # the FFI kernels' custom VJPs return arrays without the varying-
+                            # manual-axes type of their inputs, which the vma check rejects
+                            check_vma=False)
+    results = {"devices": ep}
+    for name, block in (("single", partial(moe_block, topk=topk, align_size=align_size)), ("expert_parallel", sharded)):
+        def forward_backward(params, x, dy, block=block):
+            y, vjp = jax.vjp(block, params, x)
+            grads, dx = vjp(dy)
+            return y, dx, {k: grads[k] for k in EXPERT_PARAMS}
+
+        y, dx, grads = jax.jit(forward_backward)(params, x, dy)
+        results[name] = np.asarray(y)
+        results[f"{name}_dx"] = np.asarray(dx)
+        for k in EXPERT_PARAMS:
+            results[f"{name}_{k}"] = np.asarray(grads[k])
+    np.savez(out_path, **results)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,12 @@ GroupedLinear -> unpermute, on one device and expert-parallel over a process gro
 tokens exchanged by all-to-all (torch.distributed functional collectives, compile-traceable).
 
 Both paths run every expert on the same rows in the same order, so the expert-parallel block
-gives each rank's tokens the bytes the single-device block gives them (tests/pytorch/test_moe_block.py).
+gives each rank's tokens the bytes the single-device block gives them, forward and backward:
+the data all-to-alls are differentiable (their backward is the reverse all-to-all), each
+token's input gradient and each expert's parameter gradients equal the single-device block's
+(tests/pytorch/test_moe_block.py). The router's weight gradient is not compared: each rank
+holds its tokens' share, and summing the shares over ranks is another reduction order than the
+single-device GEMM over all tokens.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ def moe_block_expert_parallel(x, router_weight, experts, topk: int, align_size: 
     valid = (offsets[None] < dest_counts[:, None]).reshape(-1, 1)
     send = torch.where(valid, permuted[index], torch.zeros((), dtype=x.dtype))
     recv_counts = funcol.all_to_all_single(counts, None, None, group).view(ep_size, local)
-    recv = funcol.all_to_all_single(send, None, None, group)
+    recv = funcol.all_to_all_single_autograd(send, None, None, group)  # the backward sends the gradients back
     # Source-major [s: e0, e1, .., pad] -> expert-major [e0: s0, s1, ..; e1: ..; pads].
     chunk_sizes = torch.cat([recv_counts, (n - recv_counts.sum(1))[:, None]], 1).reshape(-1)
     order = [s * (local + 1) + e for e in range(local) for s in range(ep_size)]
@@ -85,7 +90,7 @@ def moe_block_expert_parallel(x, router_weight, experts, topk: int, align_size: 
     y = tep.moe_unpad_splits(y, m_splits, align_size, ep_size * n)
     inverse = torch.tensor([order.index(c) for c in range(len(order))], dtype=torch.int32, device=x.device)
     back = tep.moe_sort_chunks_by_index(y, chunk_sizes[order_t], inverse)
-    returned = funcol.all_to_all_single(back, None, None, group)
+    returned = funcol.all_to_all_single_autograd(back, None, None, group)
     dest = torch.bucketize(offsets, torch.cumsum(dest_counts, 0), right=True).clamp(max=ep_size - 1)
     permuted_out = returned[dest * n + offsets - dest_start[dest]]
     del num_tokens
@@ -93,28 +98,53 @@ def moe_block_expert_parallel(x, router_weight, experts, topk: int, align_size: 
 
 
 def example(seed: int, num_experts: int, hidden: int, ffn: int, num_tokens: int):
-    """(experts, router_weight, x) of a small example, from torch's RNG seeded with `seed`."""
+    """(experts, router_weight, x, dy) of a small example, from torch's RNG seeded with `seed`
+    (dy: the gradient of the block's output used to compare backward passes)."""
     torch.manual_seed(seed)
     experts = make_experts(num_experts, hidden, ffn)
-    return experts, torch.randn(num_experts, hidden), torch.randn(num_tokens, hidden)
+    router, x = torch.randn(num_experts, hidden), torch.randn(num_tokens, hidden)
+    return experts, router, x, torch.randn(num_tokens, hidden)
+
+
+def expert_grads(experts: ops.Sequential) -> np.ndarray:
+    """The experts' parameter gradients, expert by expert (fc1 weight, bias; fc2 weight, bias),
+    flattened into one array."""
+    fc1, _, fc2 = experts.basic_ops
+    parts = []
+    for g in range(fc1.num_gemms):
+        for op in (fc1, fc2):
+            parts += [getattr(op, f"weight{g}").grad.reshape(-1), getattr(op, f"bias{g}").grad.reshape(-1)]
+    return torch.cat(parts).numpy()
+
+
+def run_with_grads(fn, x: torch.Tensor, dy: torch.Tensor, experts: ops.Sequential, *args):
+    """(y, dx, expert parameter gradients) of fn(x, router, experts, ...) with upstream gradient dy."""
+    experts.zero_grad(set_to_none=True)
+    x = x.detach().clone().requires_grad_()
+    y = fn(x, args[0], experts, *args[1:])
+    y.backward(dy)
+    return y.detach().numpy(), x.grad.numpy(), expert_grads(experts)
 
 
 def expert_parallel_worker(rank: int, world: int, port: int, out_dir: str, config: dict) -> None:
     """One rank of the expert-parallel run (for ``torch.multiprocessing.spawn``): gloo on
     127.0.0.1, the rank's slice of the example tokens through the block eager and compiled,
-    saved to ``out_dir/rank{rank}.npz``."""
+    forward and backward (the all-to-alls carry the gradients back), saved to
+    ``out_dir/rank{rank}.npz`` (outputs, input gradients, the rank's experts' gradients)."""
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        experts, router, x_all = example(config["seed"], config["experts"], config["hidden"], config["ffn"],
-                                         world * config["tokens"])
+        experts, router, x_all, dy_all = example(config["seed"], config["experts"], config["hidden"], config["ffn"],
+                                                 world * config["tokens"])
         local = local_experts(experts, rank, world)
         t = config["tokens"]
-        x = x_all[rank * t:(rank + 1) * t]
-        args = (x, router, local, config["topk"], config["align"], dist.group.WORLD, world)
-        eager = moe_block_expert_parallel(*args)
-        compiled = torch.compile(moe_block_expert_parallel, fullgraph=True)(*args)
-        np.savez(os.path.join(out_dir, f"rank{rank}.npz"), eager=eager.detach().numpy(),
-                 compiled=compiled.detach().numpy())
+        x, dy = x_all[rank * t:(rank + 1) * t], dy_all[rank * t:(rank + 1) * t]
+        args = (router, config["topk"], config["align"], dist.group.WORLD, world)
+        results = {}
+        compiled_fn = torch.compile(moe_block_expert_parallel, fullgraph=True)
+        for name, fn in (("eager", moe_block_expert_parallel), ("compiled", compiled_fn)):
+            y, dx, grads = run_with_grads(fn, x, dy, local, *args)
+            results.update({name: y, f"{name}_dx": dx, f"{name}_grads": grads})
+        np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **results)
     finally:
         dist.destroy_process_group()

@@ -7,7 +7,7 @@ from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
 from ._ops.gemm import gemm
-from ._ops.grouped_dense import grouped_dense
+from ._ops.grouped_dense import grouped_delayed_scaling_state, grouped_dense
 from .interop import from_torch
 from ._ops.permute import (
     moe_pad_splits,
@@ -41,6 +41,7 @@ __all__ = [
     "fake_quantize",
     "export_disabled_checks",
     "gemm",
+    "grouped_delayed_scaling_state",
     "grouped_dense",
     "moe_pad_splits",
     "moe_permute",

@@ -41,7 +41,7 @@ from ..recipe import DelayedScaling, Recipe
 from ..te_migration import as_recipe
 from .autocast import current_recipe
 from ._ops.dense import delayed_scaling_state, dense
-from ._ops.grouped_dense import grouped_dense
+from ._ops.grouped_dense import grouped_delayed_scaling_state, grouped_dense
 
 FP8_META = "fp8_meta"
 """Variable collection holding each Dense's DelayedScaling state."""
@@ -96,7 +96,12 @@ class GroupedDense(nn.Module):
     Shapes: x (..., K) -> y (..., features); kernel (num_gemms, K, features); bias
         (num_gemms, features); group_sizes (num_gemms,) int (traced: no recompile per split).
     Dtypes: parameters in `param_dtype`, cast to x's dtype for the compute.
-    Numerics / Raises: exactly ``twinengine.jax.grouped_dense`` (high precision only).
+    Numerics / Raises: exactly ``twinengine.jax.grouped_dense`` under the innermost
+        ``twinengine.jax.autocast`` recipe (high precision without one).
+    State: under DelayedScaling, ``grouped_delayed_scaling_state(num_gemms, L)`` in the
+        ``"fp8_meta"`` collection (variable ``"delayed_scaling"``), moving as ``Dense``'s does
+        (forward slots via ``mutable=["fp8_meta"]``, the complete next state as the gradient
+        with respect to the collection) — the bytes of twinengine.pytorch.GroupedLinear's buffers.
     """
 
     num_gemms: int
@@ -111,7 +116,17 @@ class GroupedDense(nn.Module):
         kernel = self.param("kernel", self.kernel_init, (self.num_gemms, x.shape[-1], self.features), self.param_dtype)
         bias = (self.param("bias", self.bias_init, (self.num_gemms, self.features), self.param_dtype)
                 if self.use_bias else None)
-        return grouped_dense(x, kernel.astype(x.dtype), group_sizes, None if bias is None else bias.astype(x.dtype))
+        kernel = kernel.astype(x.dtype)
+        bias = None if bias is None else bias.astype(x.dtype)
+        recipe = current_recipe()
+        if isinstance(recipe, DelayedScaling):
+            state = self.variable(FP8_META, "delayed_scaling", grouped_delayed_scaling_state, self.num_gemms,
+                                  recipe.amax_history_len)
+            y, state_after_forward = grouped_dense(x, kernel, group_sizes, bias, state=state.value)
+            if self.is_mutable_collection(FP8_META) and not self.is_initializing():
+                state.value = state_after_forward
+            return y
+        return grouped_dense(x, kernel, group_sizes, bias)
 
 
 from .flax_blocks import LayerNorm, LayerNormDenseGeneral, LayerNormMLP  # noqa: E402,F401  (block modules)

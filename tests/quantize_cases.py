@@ -33,7 +33,7 @@ MXFP8_QUANTIZERS = [
     te.MXFP8Quantizer("e5m2", columnwise=False, with_2d_quantization=True),
 ]
 
-PER_TENSOR_SHAPES = [(64, 96), (3, 5, 7), (1, 1), (129,)]
+PER_TENSOR_SHAPES = [(64, 96), (3, 5, 7), (1, 1), (129,), (40, 50)]  # (40, 50): partial 16×16 transpose tiles
 MXFP8_SHAPES = [(64, 96), (2, 32, 64), (32, 32)]
 
 

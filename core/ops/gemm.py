@@ -331,12 +331,13 @@ def check_grouped_weights(num_gemms: int, weights: Any, biases: Any = None) -> N
                  f"{[tuple(b.shape) for b in biases]}")
 
 
-def grouped_quantizers(recipe: Any) -> Any:
+def grouped_quantizers(recipe: Any, *, delayed_ok: bool = True) -> Any:
     """The LinearQuantizers of a GroupedLinear under `recipe` (None: high precision).
 
     Raises:
-        TypeError: a recipe other than per-tensor FP8 current scaling (the one quantized grouped
-            path built so far), or the errors of core.linear.linear_quantizers.
+        TypeError: a recipe whose quantized grouped path is not built (Float8BlockScaling,
+            NVFP4, 2D MXFP8), DelayedScaling where `delayed_ok` is False (a caller without
+            per-expert state), or the errors of core.linear.linear_quantizers.
     """
     if recipe is None:
         return None
@@ -344,12 +345,39 @@ def grouped_quantizers(recipe: Any) -> Any:
 
     qs = linear_quantizers(recipe)
     roles = (qs.input, qs.weight, qs.grad_output)
-    if any(q.scaling_mode not in ("fp8_current", "mxfp8") or getattr(q, "with_2d_quantization", False)
-           for q in roles):
-        fail(_GROUPED, TypeError, "GroupedLinear runs in high precision or with Float8CurrentScaling or "
-             f"MXFP8BlockScaling; quantized grouped GEMMs for {type(recipe).__name__} are not implemented yet: call it "
-             "outside autocast or in autocast(enabled=False)")
+    if any(q.scaling_mode not in ("fp8_current", "fp8_delayed", "mxfp8", "fp8_block")
+           or getattr(q, "with_2d_quantization", False) for q in roles):
+        fail(_GROUPED, TypeError, "GroupedLinear runs in high precision or with DelayedScaling, Float8CurrentScaling, "
+             f"MXFP8BlockScaling or Float8BlockScaling; quantized grouped GEMMs for {type(recipe).__name__} are not "
+             "implemented yet: call it outside autocast or in autocast(enabled=False)")
+    if qs.delayed and not delayed_ok:
+        fail(_GROUPED, TypeError, "DelayedScaling needs per-expert amax histories and scales: use "
+             "twinengine.pytorch.GroupedLinear (buffers), grouped_linear(..., delayed_state=...) or "
+             "twinengine.jax.grouped_dense(..., state=...)")
     return qs
+
+
+def block_2d(quantizer: Any) -> bool:
+    """The quantizer makes 128x128 FP8 block tiles (the grouped GEMMs' a_block_2d / b_block_2d)."""
+    return getattr(quantizer, "block_scaling_dim", 1) == 2
+
+
+def check_grouped_delayed_state(num_gemms: int, history_len: Any, qs: Any, shapes: Any = None) -> None:
+    """A GroupedLinear's DelayedScaling state: fwd_amax_history (L, 2G) (the G inputs' slots,
+    then the G weights'), fwd_scale (2G,), bwd_amax_history (L, G), bwd_scale (G,).
+
+    Raises:
+        ValueError: state missing, of the recipe's wrong length, or of the wrong shapes.
+    """
+    from ..linear import check_delayed_state
+
+    check_delayed_state(history_len, qs)
+    if shapes is not None:
+        want = ((history_len, 2 * num_gemms), (2 * num_gemms,), (history_len, num_gemms), (num_gemms,))
+        if tuple(tuple(s) for s in shapes) != want:
+            fail(_GROUPED, ValueError, "the delayed-scaling state of a GroupedLinear of {} GEMMs must have shapes "
+                 "(fwd_amax_history {}, fwd_scale {}, bwd_amax_history {}, bwd_scale {}), got {}".format(
+                     num_gemms, *want, [tuple(s) for s in shapes]))
 
 
 def _check_fp8(name: str, x: ArrayMeta, rank: int) -> None:
@@ -358,6 +386,11 @@ def _check_fp8(name: str, x: ArrayMeta, rank: int) -> None:
 
 
 def _check_group_scales(name: str, scale: ArrayMeta, groups: Any, scaling_mode: str = "fp8_current") -> None:
+    if scaling_mode == "fp8_block":
+        if scale.dtype != "float32" or len(scale.shape) != 1:
+            fail(_GROUPED, ValueError, f"{name} must be flat float32 FP8 block scales, got {scale.dtype} "
+                 f"{tuple(scale.shape)}")
+        return
     if scaling_mode == "mxfp8":
         if scale.dtype != "uint8" or len(scale.shape) != 2:
             fail(_GROUPED, ValueError, f"{name} must be 2-D uint8 MXFP8 scales, got {scale.dtype} {tuple(scale.shape)}")
@@ -368,7 +401,8 @@ def _check_group_scales(name: str, scale: ArrayMeta, groups: Any, scaling_mode: 
 
 def _validate_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
                           m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, scaling_mode: str = "fp8_current",
-                          b_k_major: bool = True, out_dtype: str = "float32") -> None:
+                          b_k_major: bool = True, out_dtype: str = "float32", a_block_2d: bool = False,
+                          b_block_2d: bool = False) -> None:
     _check_fp8("a", a, 2)
     _check_fp8("b", b, 3)
     check_m_splits(m_splits, b.shape[0])
@@ -386,17 +420,19 @@ def _validate_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_
 
 def _infer_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
                        m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, scaling_mode: str = "fp8_current",
-                       b_k_major: bool = True, out_dtype: str = "float32") -> KernelCall:
+                       b_k_major: bool = True, out_dtype: str = "float32", a_block_2d: bool = False,
+                       b_block_2d: bool = False) -> KernelCall:
     inputs = ("a", "a_scale_inv", "b", "b_scale_inv", "m_splits") + (("bias",) if bias is not None else ())
     n = b.shape[1] if b_k_major else b.shape[2]
     return KernelCall("grouped_gemm", inputs, (TensorSpec("out", (a.shape[0], n), out_dtype),),
-                      (("scaling", _SCALING_CODES[scaling_mode]), ("a_k_major", 1), ("b_k_major", int(b_k_major))))
+                      (("scaling", _SCALING_CODES[scaling_mode]), ("a_k_major", 1), ("b_k_major", int(b_k_major)),
+                       ("a_block_2d", int(a_block_2d)), ("b_block_2d", int(b_block_2d))))
 
 
 GROUPED_GEMM_FP8 = OpDef(
     name="grouped_gemm_fp8",
     args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits", "bias"),
-    attrs=("scaling_mode", "b_k_major", "out_dtype"),
+    attrs=("scaling_mode", "b_k_major", "out_dtype", "a_block_2d", "b_block_2d"),
     validate=_validate_grouped_fp8,
     infer=_infer_grouped_fp8,
 )
@@ -411,7 +447,7 @@ Numerics: each group exactly ``gemm`` of the per-tensor FP8 operands (NUMERICS.m
 
 def _validate_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
                                 m_splits: ArrayMeta, *, scaling_mode: str = "fp8_current",
-                                out_dtype: str = "float32") -> None:
+                                out_dtype: str = "float32", a_block_2d: bool = False, b_block_2d: bool = False) -> None:
     _check_fp8("a", a, 2)
     _check_fp8("b", b, 2)
     if not isinstance(m_splits, ArrayMeta) or m_splits.dtype != "int32" or len(m_splits.shape) != 1:
@@ -427,19 +463,21 @@ def _validate_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMe
 
 def _infer_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
                              m_splits: ArrayMeta, *, scaling_mode: str = "fp8_current",
-                             out_dtype: str = "float32") -> KernelCall:
+                             out_dtype: str = "float32", a_block_2d: bool = False,
+                             b_block_2d: bool = False) -> KernelCall:
     transposed = _COLUMNWISE_TRANSPOSED[scaling_mode]
     n, k = (a.shape[0], b.shape[0]) if transposed else (a.shape[1], b.shape[1])
     return KernelCall("grouped_gemm_wgrad", ("a", "a_scale_inv", "b", "b_scale_inv", "m_splits"),
                       (TensorSpec("out", (m_splits.shape[0], n, k), out_dtype),),
                       (("scaling", _SCALING_CODES[scaling_mode]), ("a_k_major", int(transposed)),
-                       ("b_k_major", int(transposed))))
+                       ("b_k_major", int(transposed)), ("a_block_2d", int(a_block_2d)),
+                       ("b_block_2d", int(b_block_2d))))
 
 
 GROUPED_GEMM_WGRAD_FP8 = OpDef(
     name="grouped_gemm_wgrad_fp8",
     args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits"),
-    attrs=("scaling_mode", "out_dtype"),
+    attrs=("scaling_mode", "out_dtype", "a_block_2d", "b_block_2d"),
     validate=_validate_grouped_wgrad_fp8,
     infer=_infer_grouped_wgrad_fp8,
 )

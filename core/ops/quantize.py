@@ -467,25 +467,36 @@ def array_meta(shape: Sequence[Any], dtype: str) -> ArrayMeta:
 
 # ---- grouped per-tensor FP8 (GroupedLinear under Float8CurrentScaling) ------------------------
 
-GROUPED_SCALING_MODES = ("fp8_current", "mxfp8")
+GROUPED_SCALING_MODES = ("fp8_current", "fp8_delayed", "mxfp8", "fp8_block")
 """Quantizer families a grouped quantize (and a quantized GroupedLinear) supports."""
 
 
-def _validate_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, quantizer: Quantizer) -> None:
+def _validate_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, scale: ArrayMeta | None = None, *,
+                               quantizer: Quantizer) -> None:
     op = "grouped_linear"
-    if (quantizer.scaling_mode not in GROUPED_SCALING_MODES or _two_d(quantizer)
+    if (quantizer.scaling_mode not in GROUPED_SCALING_MODES
+            or (_two_d(quantizer) and quantizer.scaling_mode != "fp8_block")
             or not (quantizer.rowwise and quantizer.columnwise)):
-        fail(op, TypeError, "grouped quantization takes a Float8CurrentScalingQuantizer or a 1D MXFP8Quantizer with "
-             f"both usages, got {quantizer!r}")
+        fail(op, TypeError, "grouped quantization takes a Float8CurrentScalingQuantizer, a "
+             "Float8DelayedScalingQuantizer, a Float8BlockQuantizer or a 1D MXFP8Quantizer with both usages, got "
+             f"{quantizer!r}")
     if quantizer.scaling_mode == "mxfp8" and x.shape[1] % 32 != 0:
         fail(op, ValueError, f"MXFP8 needs in_features to be a multiple of 32, got {x.shape[1]}")
+    if quantizer.scaling_mode == "fp8_block" and x.shape[1] % 128 != 0:
+        fail(op, ValueError, f"FP8 block scaling needs in_features to be a multiple of 128, got {x.shape[1]}")
     if x.dtype not in HIGH_PRECISION or len(x.shape) != 2:
         fail(op, TypeError, f"x must be a 2-D float32, bfloat16 or float16 array, got {x.dtype} {tuple(x.shape)}")
     if m_splits.dtype != "int32" or len(m_splits.shape) != 1 or m_splits.shape[0] < 1:
         fail(op, TypeError, f"m_splits must be a 1-D int32 array, got {m_splits.dtype} {tuple(m_splits.shape)}")
+    if (scale is not None) != (quantizer.scaling_mode == "fp8_delayed"):
+        fail(op, ValueError, "a grouped delayed-scaling quantize needs scale (one per group), other recipes take none")
+    if scale is not None and (scale.dtype != "float32" or tuple(scale.shape) != (m_splits.shape[0],)):
+        fail(op, ValueError, f"scale must be float32 of shape ({m_splits.shape[0]},) (one per group), got "
+             f"{scale.dtype} {tuple(scale.shape)}")
 
 
-def _infer_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, quantizer: Quantizer) -> KernelCall:
+def _infer_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, scale: ArrayMeta | None = None, *,
+                            quantizer: Quantizer) -> KernelCall:
     rows, cols = x.shape
     groups = m_splits.shape[0]
     data = FP8_DTYPES[quantizer.fp8_dtype]
@@ -498,7 +509,22 @@ def _infer_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, quantizer: Quanti
             TensorSpec("columnwise_data", (rows, cols), data),
             TensorSpec("columnwise_scale_inv", (ceil_div(rows, 32) + 3 * groups, round_up(cols, 128)), "uint8")),
             _quantize_attrs(quantizer))
-    return KernelCall("grouped_quantize_fp8_current", ("x", "m_splits"), (
+    if quantizer.scaling_mode == "fp8_block":
+        # Flat fp32 scales, each block's scale tensor after the previous one's (every m_g a
+        # multiple of 128, so Σ m_g / 128 <= M // 128): 1x128 blocks K/128·m_g rowwise and
+        # m_g/128·K columnwise; 128x128 tiles m_g/128·roundup(K/128, 4) and K/128·roundup(m_g/128, 4).
+        kb = cols // 128
+        if _two_d(quantizer):
+            row_scales, col_scales = rows // 128 * round_up(kb, 4), kb * (rows // 128 + 3 * groups)
+        else:
+            row_scales, col_scales = kb * rows, rows // 128 * cols
+        return KernelCall("grouped_quantize_fp8_block", ("x", "m_splits"), (
+            TensorSpec("rowwise_data", (rows, cols), data), TensorSpec("rowwise_scale_inv", (row_scales,), "float32"),
+            TensorSpec("columnwise_data", (rows * cols,), data),
+            TensorSpec("columnwise_scale_inv", (col_scales,), "float32")), _quantize_attrs(quantizer))
+    delayed = quantizer.scaling_mode == "fp8_delayed"
+    return KernelCall("grouped_quantize_fp8_delayed" if delayed else "grouped_quantize_fp8_current",
+                      ("x", "m_splits", "scale") if delayed else ("x", "m_splits"), (
         TensorSpec("rowwise_data", (rows, cols), data), TensorSpec("rowwise_scale_inv", (groups,), "float32"),
         TensorSpec("columnwise_data", (rows * cols,), data), TensorSpec("columnwise_scale_inv", (groups,), "float32"),
         TensorSpec("amax", (groups,), "float32")), _quantize_attrs(quantizer))
@@ -506,17 +532,18 @@ def _infer_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, quantizer: Quanti
 
 GROUPED_QUANTIZE = OpDef(
     name="grouped_quantize",
-    args=("x", "m_splits"),
+    args=("x", "m_splits", "scale"),
     attrs=("quantizer",),
     validate=_validate_grouped_quantize,
     infer=_infer_grouped_quantize,
 )
-"""grouped_quantize(x, m_splits, quantizer) -> per-tensor FP8: (rowwise_data (M, K),
+"""grouped_quantize(x, m_splits, scale=None, *, quantizer) -> per-tensor FP8: (rowwise_data (M, K),
 rowwise_scale_inv (G,), columnwise_data (M·K,), columnwise_scale_inv (G,), amax (G,)); MXFP8:
 (rowwise_data (M, K), rowwise_scale_inv, columnwise_data (M, K), columnwise_scale_inv).
 
 Numerics: each row block of m_splits is quantized on its own (NUMERICS.md §4, §5), exactly the
-bytes ``quantize`` gives the block alone. Per-tensor FP8: columnwise_data holds each block's
+bytes ``quantize`` gives the block alone (delayed scaling: with scale[g], scale (G,) float32;
+amax[g] the block's unscaled amax, 0 for an empty block). Per-tensor FP8: columnwise_data holds each block's
 transposed copy (K, m_g) one after another. MXFP8: every m_g a multiple of 32; each block's
 scales in its own region (rowwise at Σ_{j<g} roundup(m_j, 128) rows, columnwise at
 Σ_{j<g} roundup(m_j / 32, 4) rows). CPU only.

@@ -94,9 +94,10 @@ TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_sc
   if (!params) return fail(kTweInvalidArgument, "params must not be NULL");
   if (!out) return fail(kTweInvalidArgument, "out is missing");
   const TweDevice dev = out->device;
-  const bool fp8 = params->scaling == kTweGemmFP8PerTensor || params->scaling == kTweGemmMXFP8;
+  const bool fp8 = params->scaling == kTweGemmFP8PerTensor || params->scaling == kTweGemmMXFP8 ||
+                   params->scaling == kTweGemmFP8Block;
   if (!fp8 && params->scaling != kTweGemmHighPrecision) {
-    return fail(kTweInvalidArgument, "grouped GEMMs take high-precision, per-tensor FP8 or MXFP8 operands");
+    return fail(kTweInvalidArgument, "grouped GEMMs take high-precision, per-tensor FP8, FP8 block or MXFP8 operands");
   }
   if (fp8 && dev != kTweCPU) return fail(kTweInvalidArgument, "quantized grouped GEMMs run on the CPU only");
   if (!is_high_precision(out->dtype)) {
@@ -120,6 +121,15 @@ TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_sc
       if (!s || !s->data || s->dtype != kTweUInt8 || s->ndim != 2 || s->device != dev) {
         return fail(kTweInvalidArgument, "MXFP8 grouped GEMM scales must be 2-D uint8 arrays on out's device");
       }
+    }
+  } else if (params->scaling == kTweGemmFP8Block) {
+    for (const TweTensorView* s : {a_scale_inv, b_scale_inv}) {
+      if (!s || !s->data || s->dtype != kTweFloat32 || s->ndim != 1 || s->device != dev) {
+        return fail(kTweInvalidArgument, "FP8 block grouped GEMM scales must be flat float32 arrays on out's device");
+      }
+    }
+    if (params->a_block_2d && params->b_block_2d) {
+      return fail(kTweInvalidArgument, "FP8 block GEMMs need at least one 1D (1x128) operand");
     }
   }
   int64_t m, n, k;
@@ -158,7 +168,8 @@ TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_sc
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return fail(kTweInvalidArgument, "GEMM dimensions must be < 2^31");
   GroupedGemmArgs args{a, b, m_splits, (bias && bias->data) ? bias : nullptr, out, fp8 ? a_scale_inv : nullptr,
                        fp8 ? b_scale_inv : nullptr, params->scaling, ragged_k, params->a_k_major != 0,
-                       params->b_k_major != 0, groups, m, n, k, stream};
+                       params->b_k_major != 0, groups, m, n, k, stream, params->a_block_2d != 0,
+                       params->b_block_2d != 0};
   if (numel(*out) == 0) return succeed();
   st = run_on_device(dev, args, TWE_DEVICE_FNS(grouped_gemm));
   return st ? st : succeed();

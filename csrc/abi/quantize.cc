@@ -153,6 +153,68 @@ TweStatus twe_grouped_quantize_fp8_current(const TweTensorView* input, const Twe
   return st ? st : succeed();
 }
 
+TweStatus twe_grouped_quantize_fp8_delayed(const TweTensorView* input, const TweTensorView* m_splits,
+                                           const TweTensorView* scale, TweQuantizedTensor* output,
+                                           const TweQuantizeParams* params, void* stream) {
+  TweStatus st = check_input(input);
+  if (st) return st;
+  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
+  if (input->device != kTweCPU) {
+    return fail(kTweInvalidArgument, "grouped FP8 quantization runs on the CPU only (its block sizes are read on the "
+                                     "host)");
+  }
+  if (!m_splits || !m_splits->data || m_splits->dtype != kTweInt32 || m_splits->ndim != 1 || m_splits->shape[0] < 1) {
+    return fail(kTweInvalidArgument, "m_splits must be a non-empty 1-D int32 array");
+  }
+  const int64_t r = rows(*input), k = cols(*input), groups = m_splits->shape[0];
+  if ((st = check_view(scale, "scale", kTweFloat32, -1, groups, kTweCPU))) return st;
+  const TweDType dt = fp8_dtype(params->format);
+  if ((st = check_view(&output->rowwise_data, "rowwise_data", dt, r, k, kTweCPU))) return st;
+  if ((st = check_view(&output->columnwise_data, "columnwise_data", dt, -1, r * k, kTweCPU))) return st;
+  for (const TweTensorView* v : {&output->rowwise_scale_inv, &output->columnwise_scale_inv, &output->amax}) {
+    if ((st = check_view(v, "scale_inv / amax", kTweFloat32, -1, groups, kTweCPU))) return st;
+  }
+  QuantizeArgs args{input, scale, nullptr, output, *params, r, k, stream};
+  try {
+    st = cpu::grouped_quantize_fp8_delayed(args, *m_splits);
+  } catch (const std::exception& e) {
+    return fail(kTweInternalError, e.what());
+  }
+  return st ? st : succeed();
+}
+
+TweStatus twe_grouped_quantize_fp8_block(const TweTensorView* input, const TweTensorView* m_splits,
+                                         TweQuantizedTensor* output, const TweQuantizeParams* params, void* stream) {
+  TweStatus st = check_input(input);
+  if (st) return st;
+  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
+  if (input->device != kTweCPU) {
+    return fail(kTweInvalidArgument, "grouped FP8 block quantization runs on the CPU only (its block sizes are read on "
+                                     "the host)");
+  }
+  if (!m_splits || !m_splits->data || m_splits->dtype != kTweInt32 || m_splits->ndim != 1 || m_splits->shape[0] < 1) {
+    return fail(kTweInvalidArgument, "m_splits must be a non-empty 1-D int32 array");
+  }
+  if (!(params->amax_epsilon >= 0.0f)) return fail(kTweInvalidArgument, "amax_epsilon must be >= 0");
+  const int64_t r = rows(*input), k = cols(*input);
+  if (k % numerics::kFP8BlockSize != 0) {
+    return fail(kTweInvalidArgument, "FP8 block scaling needs K to be a multiple of 128, got " + shape_string(*input));
+  }
+  const TweDType dt = fp8_dtype(params->format);
+  if ((st = check_view(&output->rowwise_data, "rowwise_data", dt, r, k, kTweCPU))) return st;
+  if ((st = check_view(&output->columnwise_data, "columnwise_data", dt, -1, r * k, kTweCPU))) return st;
+  for (const TweTensorView* v : {&output->rowwise_scale_inv, &output->columnwise_scale_inv}) {
+    if ((st = check_view(v, "scale_inv", kTweFloat32, -1, numel(*v), kTweCPU))) return st;
+  }
+  QuantizeArgs args{input, nullptr, nullptr, output, *params, r, k, stream};
+  try {
+    st = cpu::grouped_quantize_fp8_block(args, *m_splits);
+  } catch (const std::exception& e) {
+    return fail(kTweInternalError, e.what());
+  }
+  return st ? st : succeed();
+}
+
 TweStatus twe_grouped_quantize_mxfp8(const TweTensorView* input, const TweTensorView* m_splits,
                                      TweQuantizedTensor* output, const TweQuantizeParams* params, void* stream) {
   TweStatus st = check_input(input);

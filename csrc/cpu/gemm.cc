@@ -1,13 +1,18 @@
-// CPU kernel of the gemm family: operands widened to fp32 panels, partial sums from the bundled
-// OpenBLAS sgemm (single-threaded inside our row-chunk workers), block scaling and the epilogue
+// CPU kernel of the gemm family: operands widened to fp32 panels, packed into micro-panels, and
+// multiplied by our own register-tiled kernel whose accumulation order is fixed per element (a
+// sequential fp32 FMA chain over k, NUMERICS §8 batch invariance); block scaling and the epilogue
 // in loops; value math is in numerics.h.
-#include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <atomic>
 #include <cstring>
 #include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include "internal/cpu.h"
 #include "internal/gemm.h"
@@ -77,26 +82,139 @@ struct Panel {
   int64_t k_step() const { return k_major ? 1 : rows; }  // distance between consecutive K indices
 };
 
-CBLAS_TRANSPOSE a_trans(const Panel& a) { return a.k_major ? CblasNoTrans : CblasTrans; }
-CBLAS_TRANSPOSE b_trans(const Panel& b) { return b.k_major ? CblasTrans : CblasNoTrans; }
+// ---- The multiply: packed micro-panels and one register-tiled kernel ----------------------------
+//
+// Every accumulator c[i][j] is one chain c = fma(a[i][k], b[j][k], c) over k in increasing order
+// from c = 0 (the K range of one product: all of K, or one scaling block). Tiling, packing, the
+// K blocking (a chain continued through a stored fp32 accumulator is the same chain), the row
+// chunks given to threads, M and N never change that chain, so element (i, j) depends only on
+// row i of A, row j of B and K: a GEMM over a slice of rows or columns gives exactly that
+// slice of the full GEMM's bytes. Padding rows/columns of the micro-panels are zeros whose
+// results are dropped.
 
-/*! c (m_len, n) = A[r0:r0+m_len, k0:k0+len] · B[:, k0:k0+len]ᵀ, row-major, overwritten. */
-void partial_product(const Panel& a, const Panel& b, int64_t r0, int64_t m_len, int64_t k0, int64_t len, int64_t n,
-                     float* c) {
-  scipy_cblas_sgemm(CblasRowMajor, a_trans(a), b_trans(b), static_cast<blasint>(m_len), static_cast<blasint>(n),
-                    static_cast<blasint>(len), 1.0f, a.at(r0, k0), static_cast<blasint>(a.ld()), b.at(0, k0),
-                    static_cast<blasint>(b.ld()), 0.0f, c, static_cast<blasint>(n));
+constexpr int64_t kMR = 6;    // rows of A per micro-tile (broadcast operands)
+constexpr int64_t kNR = 16;   // columns of B per micro-tile (one AVX-512 vector, two AVX2 ones)
+constexpr int64_t kKC = 256;  // K steps per pass over a micro-panel pair (keeps them in L1/L2)
+
+/*! Packs rows [r0, r0 + rows) of p over all K into micro-panels of `width` rows:
+ *  dst[(panel * K + k) * width + i] = p(r0 + panel * width + i, k), zero past the last row. */
+void pack_panels(const Panel& p, int64_t r0, int64_t rows, int64_t width, float* dst) {
+  const int64_t K = p.k, panels = ceil_div(rows, width);
+  for (int64_t q = 0; q < panels; ++q) {
+    float* out = dst + q * K * width;
+    const int64_t live = std::min(width, rows - q * width);
+    if (p.k_major) {
+      for (int64_t i = 0; i < width; ++i) {
+        if (i >= live) {
+          for (int64_t k = 0; k < K; ++k) out[k * width + i] = 0.0f;
+          continue;
+        }
+        const float* row = p.data + (r0 + q * width + i) * K;
+        for (int64_t k = 0; k < K; ++k) out[k * width + i] = row[k];
+      }
+    } else {
+      for (int64_t k = 0; k < K; ++k) {
+        const float* col = p.data + k * p.rows + r0 + q * width;
+        for (int64_t i = 0; i < live; ++i) out[k * width + i] = col[i];
+        for (int64_t i = live; i < width; ++i) out[k * width + i] = 0.0f;
+      }
+    }
+  }
 }
 
-/*! `count` consecutive full K-blocks of length `block` starting at block `first`: partial[j] (rows, n). */
-void block_partials(const Panel& a, const Panel& b, int64_t r0, int64_t rows, int64_t n, int64_t block, int64_t first,
-                    int64_t count, float* partial) {
-  scipy_cblas_sgemm_batch_strided(
-      CblasRowMajor, a_trans(a), b_trans(b), static_cast<blasint>(rows), static_cast<blasint>(n),
-      static_cast<blasint>(block), 1.0f, a.at(r0, first * block), static_cast<blasint>(a.ld()),
-      static_cast<blasint>(block * a.k_step()), b.at(0, first * block), static_cast<blasint>(b.ld()),
-      static_cast<blasint>(block * b.k_step()), 0.0f, partial, static_cast<blasint>(n),
-      static_cast<blasint>(rows * n), static_cast<blasint>(count));
+/*! c[i][j] = fma chain over `len` k steps continued from c (a kMR × kNR tile, row-major):
+ *  the portable kernel. The vector kernels below run the same fmaf chain in every lane (fused
+ *  multiply-add rounds once on every target), so all three give the same bytes. */
+void micro_kernel_scalar(const float* ap, const float* bp, int64_t len, float* c) {
+  float acc[kMR][kNR];
+  for (int64_t i = 0; i < kMR; ++i)
+    for (int64_t j = 0; j < kNR; ++j) acc[i][j] = c[i * kNR + j];
+  for (int64_t k = 0; k < len; ++k)
+    for (int64_t i = 0; i < kMR; ++i)
+      for (int64_t j = 0; j < kNR; ++j) acc[i][j] = std::fma(ap[k * kMR + i], bp[k * kNR + j], acc[i][j]);
+  for (int64_t i = 0; i < kMR; ++i)
+    for (int64_t j = 0; j < kNR; ++j) c[i * kNR + j] = acc[i][j];
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) void micro_kernel_avx512(const float* ap, const float* bp, int64_t len, float* c) {
+  static_assert(kMR == 6 && kNR == 16, "one zmm per tile row");
+  __m512 c0 = _mm512_loadu_ps(c), c1 = _mm512_loadu_ps(c + 16), c2 = _mm512_loadu_ps(c + 32);
+  __m512 c3 = _mm512_loadu_ps(c + 48), c4 = _mm512_loadu_ps(c + 64), c5 = _mm512_loadu_ps(c + 80);
+  for (int64_t k = 0; k < len; ++k) {
+    const __m512 b = _mm512_loadu_ps(bp + k * kNR);
+    const float* a = ap + k * kMR;
+    c0 = _mm512_fmadd_ps(_mm512_set1_ps(a[0]), b, c0);
+    c1 = _mm512_fmadd_ps(_mm512_set1_ps(a[1]), b, c1);
+    c2 = _mm512_fmadd_ps(_mm512_set1_ps(a[2]), b, c2);
+    c3 = _mm512_fmadd_ps(_mm512_set1_ps(a[3]), b, c3);
+    c4 = _mm512_fmadd_ps(_mm512_set1_ps(a[4]), b, c4);
+    c5 = _mm512_fmadd_ps(_mm512_set1_ps(a[5]), b, c5);
+  }
+  _mm512_storeu_ps(c, c0), _mm512_storeu_ps(c + 16, c1), _mm512_storeu_ps(c + 32, c2);
+  _mm512_storeu_ps(c + 48, c3), _mm512_storeu_ps(c + 64, c4), _mm512_storeu_ps(c + 80, c5);
+}
+
+__attribute__((target("avx2,fma"))) void micro_kernel_avx2(const float* ap, const float* bp, int64_t len, float* c) {
+  __m256 lo[kMR], hi[kMR];
+  for (int i = 0; i < kMR; ++i) lo[i] = _mm256_loadu_ps(c + i * kNR), hi[i] = _mm256_loadu_ps(c + i * kNR + 8);
+  for (int64_t k = 0; k < len; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(bp + k * kNR), b1 = _mm256_loadu_ps(bp + k * kNR + 8);
+    for (int i = 0; i < kMR; ++i) {
+      const __m256 a = _mm256_broadcast_ss(ap + k * kMR + i);
+      lo[i] = _mm256_fmadd_ps(a, b0, lo[i]);
+      hi[i] = _mm256_fmadd_ps(a, b1, hi[i]);
+    }
+  }
+  for (int i = 0; i < kMR; ++i) _mm256_storeu_ps(c + i * kNR, lo[i]), _mm256_storeu_ps(c + i * kNR + 8, hi[i]);
+}
+#endif
+
+using MicroKernel = void (*)(const float*, const float*, int64_t, float*);
+
+/*! The widest kernel the running CPU supports (chosen once). */
+MicroKernel micro_kernel() {
+  static const MicroKernel kernel = [] {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return &micro_kernel_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &micro_kernel_avx2;
+#endif
+    return &micro_kernel_scalar;
+  }();
+  return kernel;
+}
+
+/*! Packed operands of one row chunk: A's rows of the chunk and all of B, each over all K. */
+struct Packed {
+  const float* a;  // ceil(rows / kMR) panels of (K, kMR)
+  const float* b;  // ceil(n / kNR) panels of (K, kNR)
+  int64_t rows, n, k;
+};
+
+/*! c (rows, n) row-major = Σ_{k0 <= k < k0 + len} A[i][k] · B[j][k] as one fma chain per element
+ *  starting from 0; `tiles` is scratch of ceil(rows/kMR) · ceil(n/kNR) tiles. */
+void product(const Packed& p, int64_t k0, int64_t len, float* tiles, float* c) {
+  const int64_t row_panels = ceil_div(p.rows, kMR), col_panels = ceil_div(p.n, kNR);
+  constexpr int64_t kTileFloats = kMR * kNR;
+  std::fill(tiles, tiles + row_panels * col_panels * kTileFloats, 0.0f);
+  const MicroKernel kernel = micro_kernel();
+  for (int64_t kc = k0; kc < k0 + len; kc += kKC) {
+    const int64_t steps = std::min(kKC, k0 + len - kc);
+    for (int64_t jp = 0; jp < col_panels; ++jp) {
+      const float* bp = p.b + (jp * p.k + kc) * kNR;
+      for (int64_t ip = 0; ip < row_panels; ++ip)
+        kernel(p.a + (ip * p.k + kc) * kMR, bp, steps, tiles + (ip * col_panels + jp) * kTileFloats);
+    }
+  }
+  for (int64_t ip = 0; ip < row_panels; ++ip)
+    for (int64_t i = 0; i < std::min(kMR, p.rows - ip * kMR); ++i)
+      for (int64_t jp = 0; jp < col_panels; ++jp) {
+        const float* tile = tiles + (ip * col_panels + jp) * kTileFloats + i * kNR;
+        float* out = c + (ip * kMR + i) * p.n + jp * kNR;
+        const int64_t width = std::min(kNR, p.n - jp * kNR);
+        for (int64_t j = 0; j < width; ++j) out[j] = tile[j];
+      }
 }
 
 /*! out rows = round(acc (+ bias)) to the output dtype. */
@@ -128,10 +246,8 @@ TweStatus write_rows(const GemmArgs& args, const float* acc, int64_t r0, int64_t
   });
 }
 
-// Row chunks depend on the shape only, so results do not depend on the thread count. A block
-// format computes the partials of up to kPartialFloats floats of K-blocks per batched sgemm.
-constexpr int64_t kRowChunk = 256;
-constexpr int64_t kPartialFloats = int64_t{1} << 21;
+// Rows handed to a worker at a time (results do not depend on it: see the multiply above).
+constexpr int64_t kRowChunk = 240;
 
 // The scale-accumulate loop is elementwise (no contraction: -ffp-contract=off), so its wider
 // vector clones give the same bytes as the baseline one.
@@ -146,52 +262,32 @@ TWE_VECTOR_CLONES void scale_accumulate(float* acc, const float* p, float sa, co
   for (int64_t c = 0; c < n; ++c) acc[c] = acc[c] + numerics::gemm_scale_partial(p[c], sa, sb[c]);
 }
 
-/*! Per-worker buffers of the block-scaled path. */
-struct BlockBuffers {
+/*! Per-worker buffers: packed A rows of a chunk, product tiles, one block's partial sums, A's block scales. */
+struct WorkerBuffers {
+  std::vector<float> packed_a;
+  std::vector<float> tiles;
   std::vector<float> partial;
   std::vector<float> scale_a;
 };
 
 /*! Accumulators of rows [r0, r0 + rows) of a block format: Σ_blocks fl(fl(p · s_a) · s_b) in K
- *  order; scale_b holds every block's B scales, (blocks, n). */
-void block_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r0, int64_t rows, float* acc,
-                BlockBuffers& buf, const std::vector<float>& scale_b) {
-  const int64_t n = args.n, block = gemm_block_length(args.scaling);
-  const int64_t blocks = ceil_div(args.k, block), full = args.k / block;
-  const int64_t group = std::max<int64_t>(1, std::min(blocks, kPartialFloats / std::max<int64_t>(1, rows * n)));
+ *  order, p the block's partial product (its own fma chain from 0); scale_b holds every block's
+ *  B scales, (blocks, n). */
+void block_rows(const GemmArgs& args, const Packed& p, int64_t r0, float* acc, WorkerBuffers& buf,
+                const std::vector<float>& scale_b) {
+  const int64_t rows = p.rows, n = args.n, block = gemm_block_length(args.scaling);
+  const int64_t blocks = ceil_div(args.k, block);
   const int64_t a_stride = cols(args.a->scale_inv);
-  buf.partial.resize(static_cast<size_t>(group * rows * n));
-  buf.scale_a.resize(static_cast<size_t>(group * rows));
+  buf.partial.resize(static_cast<size_t>(rows * n));
+  buf.scale_a.resize(static_cast<size_t>(rows));
   std::fill(acc, acc + rows * n, 0.0f);
-  for (int64_t first = 0; first < blocks; first += group) {
-    const int64_t count = std::min(group, blocks - first);
-    const int64_t full_count = std::max<int64_t>(0, std::min(count, full - first));
-    if (full_count > 0) block_partials(a, b, r0, rows, n, block, first, full_count, buf.partial.data());
-    if (full_count < count) {  // the last, shorter block
-      partial_product(a, b, r0, rows, full * block, args.k - full * block, n,
-                      buf.partial.data() + full_count * rows * n);
-    }
-    for (int64_t j = 0; j < count; ++j) {
-      for (int64_t i = 0; i < rows; ++i) {
-        buf.scale_a[j * rows + i] = gemm_block_scale(args.scaling, *args.a, a_stride, r0 + i, first + j);
-      }
-    }
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < count; ++j) {
-        scale_accumulate(acc + i * n, buf.partial.data() + (j * rows + i) * n, buf.scale_a[j * rows + i],
-                         scale_b.data() + (first + j) * n, n);
-      }
-    }
+  for (int64_t j = 0; j < blocks; ++j) {
+    const int64_t k0 = j * block, len = std::min(block, args.k - k0);
+    product(p, k0, len, buf.tiles.data(), buf.partial.data());
+    for (int64_t i = 0; i < rows; ++i) buf.scale_a[i] = gemm_block_scale(args.scaling, *args.a, a_stride, r0 + i, j);
+    for (int64_t i = 0; i < rows; ++i)
+      scale_accumulate(acc + i * n, buf.partial.data() + i * n, buf.scale_a[i], scale_b.data() + j * n, n);
   }
-}
-
-/*! Accumulators of rows [r0, r0 + rows) of the other formats: one fp32 sum over K. */
-void full_k_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r0, int64_t rows, float* acc) {
-  if (args.k == 0) {
-    std::fill(acc, acc + rows * args.n, 0.0f);
-    return;
-  }
-  partial_product(a, b, r0, rows, 0, args.k, args.n, acc);
 }
 
 /*! The whole-tensor factors applied after accumulation: per-tensor FP8 scale_inv, NVFP4 S_dec. */
@@ -209,20 +305,10 @@ bool final_scales(const GemmArgs& args, float* sa, float* sb) {
   return false;
 }
 
-/*! OpenBLAS runs single-threaded inside our workers (its own spinning pool would compete with them). */
-void use_single_threaded_blas() {
-  static const bool done = [] {
-    scipy_openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)done;
-}
-
 }  // namespace
 
 TweStatus gemm(const GemmArgs& args) {
   ScopedIeeeSubnormals ieee;
-  use_single_threaded_blas();
   const int64_t m = args.m, n = args.n, k = args.k;
   if (m == 0 || n == 0) return kTweSuccess;
   std::vector<float> a_buffer, b_buffer;
@@ -244,14 +330,21 @@ TweStatus gemm(const GemmArgs& args) {
   std::atomic<int> status{kTweSuccess};
   // Multiply-adds per parallel_for work unit (it starts a thread per 2^18 units).
   constexpr int64_t kMacsPerWorkUnit = 16;
+  // B packed once for every chunk: ceil(n / kNR) micro-panels over all K.
+  std::vector<float> packed_b(static_cast<size_t>(round_up(n, kNR) * k));
+  pack_panels(b, 0, n, kNR, packed_b.data());
   parallel_for(chunks, m * n * std::max<int64_t>(k, 1) / kMacsPerWorkUnit, [&](int64_t first, int64_t last) {
     std::vector<float> acc(static_cast<size_t>(chunk * n));
-    BlockBuffers buffers;
+    WorkerBuffers buffers;
+    buffers.packed_a.resize(static_cast<size_t>(round_up(chunk, kMR) * k));
+    buffers.tiles.resize(static_cast<size_t>(round_up(chunk, kMR) * round_up(n, kNR)));
     for (int64_t c = first; c < last; ++c) {
       const int64_t r0 = c * chunk;
       const int64_t rows = std::min(chunk, m - r0);
-      if (block > 0) block_rows(args, a, b, r0, rows, acc.data(), buffers, scale_b);
-      else full_k_rows(args, a, b, r0, rows, acc.data());
+      pack_panels(a, r0, rows, kMR, buffers.packed_a.data());
+      const Packed p{buffers.packed_a.data(), packed_b.data(), rows, n, k};
+      if (block > 0) block_rows(args, p, r0, acc.data(), buffers, scale_b);
+      else product(p, 0, k, buffers.tiles.data(), acc.data());
       if (scale_at_end) {
         for (int64_t i = 0; i < rows * n; ++i) acc[i] = numerics::gemm_scale_partial(acc[i], final_a, final_b);
       }
@@ -328,6 +421,30 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
         a.scale_inv = region(*args.a_scale_inv, false, splits, 0);
         b.scale_inv = region(*args.b_scale_inv, false, splits, 0);
       }
+    }
+    if (args.scaling == kTweGemmFP8Block) {
+      // Each operand's scales: its groups' scale tensors one after another (the shape of each
+      // data block's twe_quantize_fp8_block scales); the weights' blocks all (N, K) / (K, N).
+      auto region = [&](const TweTensorView& scales, bool two_d, int64_t other, bool ragged_rows, int64_t uniform) {
+        int64_t offset = 0, sr = 0, sc = 0;
+        for (int64_t j = 0; j <= g; ++j) {
+          const int64_t m = uniform >= 0 ? uniform : std::max<int32_t>(splits[j], 0);
+          // K-major data block: (m, other) for row-split operands, (other, m) for ragged-K ones
+          if (ragged_rows) fp8_block_scale_dims(other, m, two_d, &sr, &sc);
+          else fp8_block_scale_dims(m, other, two_d, &sr, &sc);
+          if (j < g) offset += sr * sc;
+        }
+        return view_2d(scales, offset, sr, sc);
+      };
+      if (!args.ragged_k) {
+        a.scale_inv = region(*args.a_scale_inv, args.a_block_2d, k, false, -1);
+        b.scale_inv = region(*args.b_scale_inv, args.b_block_2d, k, false, n);
+      } else {
+        a.scale_inv = region(*args.a_scale_inv, args.a_block_2d, n, true, -1);
+        b.scale_inv = region(*args.b_scale_inv, args.b_block_2d, k, true, -1);
+      }
+      a.block_2d = args.a_block_2d;
+      b.block_2d = args.b_block_2d;
     }
     if (!args.ragged_k) {
       if (rows == 0) continue;

@@ -1,9 +1,15 @@
 // CPU kernels of the quantize family: loops and tiling only; value math is in numerics.h.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "internal/cpu.h"
+#include "internal/gemm.h"
 #include "internal/quantize.h"
 
 namespace twe {
@@ -43,33 +49,77 @@ TWE_CPU_CLONES void cast_run(const T* x, int64_t n, float scale, uint8_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = numerics::float_to_fp8<F>(to_float(x[i]) * scale);
 }
 
-/*! out[k * out_stride + r] = in[r * K + k] for r < rows, k < K: a row block of FP8 bytes
- *  stored transposed, in 32-column strips so reads and writes stay in cache. */
-TWE_CPU_CLONES void transpose_bytes(const uint8_t* in, int64_t rows, int64_t K, uint8_t* out, int64_t out_stride) {
-  constexpr int64_t kStrip = 32;
+#if defined(__SSE2__)
+/*! Transposes one 16×16 byte tile: out[c * out_stride + r] = in[r * in_stride + c]. Four rounds
+ *  of SSE2 unpacks (8-, 16-, 32-, 64-bit interleaves); pure data movement, so the bytes are
+ *  those of the scalar loop. */
+inline void transpose_tile16(const uint8_t* in, int64_t in_stride, uint8_t* out, int64_t out_stride) {
+  __m128i a[16], b[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i * in_stride));
+  for (int i = 0; i < 8; ++i) {  // rows 2i, 2i+1 interleaved: columns 0-7, then 8-15
+    b[2 * i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+    b[2 * i + 1] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {  // rows 4g..4g+3: columns 0-3, 4-7, 8-11, 12-15
+    const __m128i* p = b + 4 * g;
+    a[4 * g + 0] = _mm_unpacklo_epi16(p[0], p[2]);
+    a[4 * g + 1] = _mm_unpackhi_epi16(p[0], p[2]);
+    a[4 * g + 2] = _mm_unpacklo_epi16(p[1], p[3]);
+    a[4 * g + 3] = _mm_unpackhi_epi16(p[1], p[3]);
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 8h..8h+7: column pairs (0,1), (2,3), ..., (14,15)
+    const __m128i* lo = a + 8 * h;
+    const __m128i* hi = a + 8 * h + 4;
+    for (int j = 0; j < 4; ++j) {
+      b[8 * h + 2 * j] = _mm_unpacklo_epi32(lo[j], hi[j]);
+      b[8 * h + 2 * j + 1] = _mm_unpackhi_epi32(lo[j], hi[j]);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {  // columns 2j and 2j+1, all 16 rows
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * j) * out_stride), _mm_unpacklo_epi64(b[j], b[8 + j]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * j + 1) * out_stride), _mm_unpackhi_epi64(b[j], b[8 + j]));
+  }
+}
+#endif
+
+/*! out[k * out_stride + r] = in[r * in_stride + k] for r < rows, k < K: a row block of FP8
+ *  bytes stored transposed. Each strip of 16 columns is transposed in 16×16 tiles (SSE2 where
+ *  available) into a small contiguous buffer, then copied out as 16 runs of `rows` bytes, so the
+ *  strided output is written in whole runs (no 4K-aliased 16-byte stores). */
+__attribute__((noinline)) void transpose_bytes(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t K,
+                                               uint8_t* out, int64_t out_stride) {
+  constexpr int64_t kStrip = 16;
+  std::vector<uint8_t> buffer(static_cast<size_t>(kStrip * rows));
+  uint8_t* buf = buffer.data();
   for (int64_t k0 = 0; k0 < K; k0 += kStrip) {
-    const int64_t k1 = std::min(K, k0 + kStrip);
-    for (int64_t k = k0; k < k1; ++k)
-      for (int64_t r = 0; r < rows; ++r) out[k * out_stride + r] = in[r * K + k];
+    const int64_t width = std::min(kStrip, K - k0);
+    int64_t r0 = 0;
+#if defined(__SSE2__)
+    if (width == kStrip)
+      for (; r0 + 16 <= rows; r0 += 16) transpose_tile16(in + r0 * in_stride + k0, in_stride, buf + r0, rows);
+#endif
+    for (int64_t j = 0; j < width; ++j)
+      for (int64_t r = r0; r < rows; ++r) buf[j * rows + r] = in[r * in_stride + k0 + j];
+    for (int64_t j = 0; j < width; ++j) std::memcpy(out + (k0 + j) * out_stride, buf + j * rows, static_cast<size_t>(rows));
   }
 }
 
-/*! One row of rowwise MXFP8: per 32-element block, the E8M0 exponent of its amax, then the
- *  cast with the block's multiplier. */
+/*! One row of rowwise MXFP8: the amax key of every element, per 32-element block the E8M0
+ *  exponent of the block's amax and its multiplier (spread over the block's elements in
+ *  `mult`), then the cast of the whole row. Three loops the compiler vectorizes in full
+ *  vectors; `keys` and `mult` hold K entries of scratch. */
 template <FP8Format F, typename T>
-TWE_CPU_CLONES void mxfp8_row(const T* x, int64_t K, uint8_t* data, uint8_t* scales) {
+TWE_CPU_CLONES void mxfp8_row(const T* x, int64_t K, uint8_t* data, uint8_t* scales, uint32_t* keys, float* mult) {
+  for (int64_t i = 0; i < K; ++i) keys[i] = numerics::amax_key(to_float(x[i]));
   for (int64_t kb = 0; kb < K / 32; ++kb) {
-    const T* block = x + kb * 32;
     uint32_t key = 0;
-    for (int64_t i = 0; i < 32; ++i) {
-      const uint32_t k = numerics::amax_key(to_float(block[i]));
-      key = k > key ? k : key;
-    }
+    for (int64_t i = 0; i < 32; ++i) key = keys[kb * 32 + i] > key ? keys[kb * 32 + i] : key;
     const uint8_t e = numerics::mxfp8_block_exponent<F>(numerics::bits_to_float(key));
     const float m = numerics::e8m0_encode_multiplier(e);
-    for (int64_t i = 0; i < 32; ++i) data[kb * 32 + i] = numerics::float_to_fp8<F>(to_float(block[i]) * m);
+    for (int64_t i = 0; i < 32; ++i) mult[kb * 32 + i] = m;
     scales[kb] = e;
   }
+  for (int64_t i = 0; i < K; ++i) data[i] = numerics::float_to_fp8<F>(to_float(x[i]) * mult[i]);
 }
 
 /*! One 32-row block of columnwise MXFP8 (blocks run down the columns): per column the amax
@@ -142,7 +192,7 @@ void cast_per_tensor(const T* x, float scale, int64_t R, int64_t K, uint8_t* row
       const int64_t rows = std::min(R, r0 + kTile) - r0;
       uint8_t* q = rowwise ? rowwise + r0 * K : scratch.data();
       cast_run<F>(x + r0 * K, rows * K, scale, q);
-      if (columnwise) transpose_bytes(q, rows, K, columnwise + r0, R);
+      if (columnwise) transpose_bytes(q, K, rows, K, columnwise + r0, R);
     }
   });
 }
@@ -169,7 +219,10 @@ float format_max(TweFP8Format f) { return f == kTweE5M2 ? numerics::kE5M2Max : n
 template <FP8Format F, typename T>
 void mxfp8_rowwise(const T* x, int64_t R, int64_t K, uint8_t* data, uint8_t* scales, int64_t scale_stride) {
   parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t r = row_begin; r < row_end; ++r) mxfp8_row<F>(x + r * K, K, data + r * K, scales + r * scale_stride);
+    std::vector<uint32_t> keys(static_cast<size_t>(K));
+    std::vector<float> mult(static_cast<size_t>(K));
+    for (int64_t r = row_begin; r < row_end; ++r)
+      mxfp8_row<F>(x + r * K, K, data + r * K, scales + r * scale_stride, keys.data(), mult.data());
   });
 }
 
@@ -252,19 +305,33 @@ struct Fp8BlockScaler {
   float operator()(float amax) const { return numerics::scale_from_amax(amax, format_max, epsilon, pow2, inf_value); }
 };
 
+/*! One row of rowwise 1×128 FP8 blocks: every element's amax key, per block its scale (spread
+ *  over the block's elements in `scale`; the inverse goes to scale_inv[kb * stride]), then the
+ *  cast of the whole row. `keys` and `scale` hold K entries of scratch. */
+template <FP8Format F, typename T>
+TWE_CPU_CLONES void fp8_block_row(const T* x, int64_t K, const Fp8BlockScaler& scaler, uint32_t* keys, float* scale,
+                                  uint8_t* data, float* scale_inv, int64_t stride) {
+  for (int64_t i = 0; i < K; ++i) keys[i] = numerics::amax_key(to_float(x[i]));
+  for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
+    uint32_t key = 0;
+    for (int64_t i = 0; i < kFP8Block; ++i) key = keys[kb * kFP8Block + i] > key ? keys[kb * kFP8Block + i] : key;
+    const float s = scaler(numerics::bits_to_float(key));
+    for (int64_t i = 0; i < kFP8Block; ++i) scale[kb * kFP8Block + i] = s;
+    scale_inv[kb * stride] = 1.0f / s;
+  }
+  for (int64_t i = 0; i < K; ++i) data[i] = numerics::float_to_fp8<F>(to_float(x[i]) * scale[i]);
+}
+
 /*! 1×128 blocks: rowwise along K, columnwise along R (blocks of the transpose). */
 template <FP8Format F, typename T>
 void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
   if (o.row_data) {
     parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-      for (int64_t r = row_begin; r < row_end; ++r) {
-        for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
-          const T* block = x + r * K + kb * kFP8Block;
-          const float scale = scaler(block_amax(block, kFP8Block));
-          cast_run<F>(block, kFP8Block, scale, o.row_data + r * K + kb * kFP8Block);
-          o.row_scales[kb * o.row_stride + r] = 1.0f / scale;
-        }
-      }
+      std::vector<uint32_t> keys(static_cast<size_t>(K));
+      std::vector<float> scale(static_cast<size_t>(K));
+      for (int64_t r = row_begin; r < row_end; ++r)
+        fp8_block_row<F>(x + r * K, K, scaler, keys.data(), scale.data(), o.row_data + r * K, o.row_scales + r,
+                         o.row_stride);
     });
   }
   if (o.col_data) {
@@ -282,33 +349,38 @@ void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler
         // Cast row-major with per-column scales, then store transposed: column k of this row
         // block is one contiguous run of the (K, R) output.
         cast_columns<F>(xb, kFP8Block, K, scale.data(), block.data());
-        transpose_bytes(block.data(), kFP8Block, K, o.col_data + rb * kFP8Block, R);
+        transpose_bytes(block.data(), K, kFP8Block, K, o.col_data + rb * kFP8Block, R);
       }
     });
   }
 }
 
-/*! 128×128 tiles: one scale per tile; the columnwise copy is the exact transpose. */
+/*! 128×128 tiles: one scale per tile; the columnwise copy is the exact transpose. A strip of
+ *  128 rows is read row after row twice (tile amaxes, then the cast with each tile's scale), so
+ *  both passes stream through memory; the columnwise copy is the strip's bytes transposed. */
 template <FP8Format F, typename T>
 void fp8_block_2d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
+  const int64_t tiles = K / kFP8Block;
   parallel_for(R / kFP8Block, R * K, [&](int64_t rb_begin, int64_t rb_end) {
-    std::vector<uint8_t> tile(static_cast<size_t>(kFP8Block * kFP8Block));
+    std::vector<uint8_t> strip(o.row_data ? 0 : static_cast<size_t>(kFP8Block * K));
+    std::vector<uint32_t> keys(static_cast<size_t>(tiles));
+    std::vector<float> scale(static_cast<size_t>(tiles));
     for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
-      for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
-        const T* xt = x + rb * kFP8Block * K + kb * kFP8Block;
-        uint32_t key = 0;
-        for (int64_t r = 0; r < kFP8Block; ++r) key = std::max(key, amax_key_run(xt + r * K, kFP8Block));
-        const float scale = scaler(numerics::bits_to_float(key));
-        for (int64_t r = 0; r < kFP8Block; ++r) {
-          uint8_t* q = o.row_data ? o.row_data + (rb * kFP8Block + r) * K + kb * kFP8Block : tile.data() + r * kFP8Block;
-          cast_run<F>(xt + r * K, kFP8Block, scale, q);
-          if (o.row_data && o.col_data) std::memcpy(tile.data() + r * kFP8Block, q, kFP8Block);
-        }
-        if (o.col_data)
-          transpose_bytes(tile.data(), kFP8Block, kFP8Block, o.col_data + kb * kFP8Block * R + rb * kFP8Block, R);
-        if (o.row_scales) o.row_scales[rb * o.row_stride + kb] = 1.0f / scale;
-        if (o.col_scales) o.col_scales[kb * o.col_stride + rb] = 1.0f / scale;
+      const T* xs = x + rb * kFP8Block * K;
+      std::fill(keys.begin(), keys.end(), 0u);
+      for (int64_t r = 0; r < kFP8Block; ++r)
+        for (int64_t kb = 0; kb < tiles; ++kb)
+          keys[kb] = std::max(keys[kb], amax_key_run(xs + r * K + kb * kFP8Block, kFP8Block));
+      for (int64_t kb = 0; kb < tiles; ++kb) {
+        scale[kb] = scaler(numerics::bits_to_float(keys[kb]));
+        if (o.row_scales) o.row_scales[rb * o.row_stride + kb] = 1.0f / scale[kb];
+        if (o.col_scales) o.col_scales[kb * o.col_stride + rb] = 1.0f / scale[kb];
       }
+      uint8_t* q = o.row_data ? o.row_data + rb * kFP8Block * K : strip.data();
+      for (int64_t r = 0; r < kFP8Block; ++r)
+        for (int64_t kb = 0; kb < tiles; ++kb)
+          cast_run<F>(xs + r * K + kb * kFP8Block, kFP8Block, scale[kb], q + r * K + kb * kFP8Block);
+      if (o.col_data) transpose_bytes(q, K, kFP8Block, K, o.col_data + rb * kFP8Block, R);
     }
   });
 }
@@ -359,16 +431,32 @@ struct Nvfp4Copy {
   uint32_t index;  // 0 rowwise, 1 columnwise (the Philox counter's copy bit)
 };
 
-/*! One row of NVFP4 data with round-to-nearest-even (steps 4–5 of §7): per 16-element block
- *  its encode multiplier from the block's scale code, the E2M1 codes, packed two per byte. */
+/*! block_keys[b] = max(block_keys[b], amax keys of the 16 elements of block b) for one row of
+ *  `blocks` 16-element blocks; `keys` holds blocks * 16 entries of scratch. */
 template <typename T>
-TWE_CPU_CLONES void nvfp4_row_rne(const T* c, int64_t blocks, const uint8_t* scales, float s_dec, uint8_t* data) {
+TWE_CPU_CLONES void accumulate_block_keys(const T* c, int64_t blocks, uint32_t* keys, uint32_t* block_keys) {
+  for (int64_t i = 0; i < blocks * kFP4Block; ++i) keys[i] = numerics::amax_key(to_float(c[i]));
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint32_t key = block_keys[b];
+    for (int64_t j = 0; j < kFP4Block; ++j) key = keys[b * kFP4Block + j] > key ? keys[b * kFP4Block + j] : key;
+    block_keys[b] = key;
+  }
+}
+
+/*! One row of NVFP4 data with round-to-nearest-even (steps 4–5 of §7): per 16-element block
+ *  its encode multiplier from the block's scale code (spread over the block in `mult`), the
+ *  E2M1 code of every element, then the codes packed two per byte. `mult` and `codes` hold
+ *  blocks * 16 entries of scratch. */
+template <typename T>
+TWE_CPU_CLONES void nvfp4_row_rne(const T* c, int64_t blocks, const uint8_t* scales, float s_dec, float* mult,
+                                  uint8_t* codes, uint8_t* data) {
+  const int64_t n = blocks * kFP4Block;
   for (int64_t b = 0; b < blocks; ++b) {
     const float m = numerics::nvfp4_encode_multiplier(scales[b], s_dec);
-    uint8_t codes[kFP4Block];
-    for (int64_t j = 0; j < kFP4Block; ++j) codes[j] = numerics::float_to_e2m1(to_float(c[b * kFP4Block + j]) * m);
-    for (int64_t j = 0; j < kFP4Block / 2; ++j) data[b * kFP4Block / 2 + j] = numerics::pack_e2m1(codes[2 * j], codes[2 * j + 1]);
+    for (int64_t j = 0; j < kFP4Block; ++j) mult[b * kFP4Block + j] = m;
   }
+  for (int64_t i = 0; i < n; ++i) codes[i] = numerics::float_to_e2m1(to_float(c[i]) * mult[i]);
+  for (int64_t i = 0; i < n / 2; ++i) data[i] = numerics::pack_e2m1(codes[2 * i], codes[2 * i + 1]);
 }
 
 /*! Quantizes one copy c (rows, cols), row-major: steps 1–5, 7 and 9 of §7. */
@@ -380,23 +468,29 @@ void nvfp4_copy(const T* c, int64_t rows, int64_t cols, bool two_d, const SrStat
   const float factor = numerics::nvfp4_block_scale_factor(s_enc);
   const int64_t blocks = cols / kFP4Block;
   std::fill(out.scales, out.scales + round_up(rows, 128) * out.scale_stride, uint8_t{0});
-  // Block scales: per 1x16 block, or per 16x16 tile written to each of its 16 rows.
+  // Block scales: per 1x16 block, or per 16x16 tile written to each of its 16 rows. The block
+  // amaxes are maxima of amax keys (exact in any grouping), gathered row by row.
   const int64_t scale_rows = two_d ? kFP4Block : 1;
   parallel_for(rows / scale_rows, rows * cols, [&](int64_t begin, int64_t end) {
+    std::vector<uint32_t> keys(static_cast<size_t>(cols));
+    std::vector<uint32_t> block_keys(static_cast<size_t>(blocks));
     for (int64_t rt = begin; rt < end; ++rt) {
+      std::fill(block_keys.begin(), block_keys.end(), 0u);
+      for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r)
+        accumulate_block_keys(c + r * cols, blocks, keys.data(), block_keys.data());
       for (int64_t b = 0; b < blocks; ++b) {
-        float amax = 0.0f;
-        for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r)
-          amax = numerics::amax_update(amax, block_amax(c + r * cols + b * kFP4Block, kFP4Block));
-        const uint8_t code = numerics::nvfp4_block_scale_code(amax, factor);
+        const uint8_t code = numerics::nvfp4_block_scale_code(numerics::bits_to_float(block_keys[b]), factor);
         for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r) out.scales[r * out.scale_stride + b] = code;
       }
     }
   });
   parallel_for(rows, rows * cols, [&](int64_t row_begin, int64_t row_end) {
     if (!sr) {
+      std::vector<float> mult(static_cast<size_t>(cols));
+      std::vector<uint8_t> codes(static_cast<size_t>(cols));
       for (int64_t r = row_begin; r < row_end; ++r)
-        nvfp4_row_rne(c + r * cols, blocks, out.scales + r * out.scale_stride, s_dec, out.data + r * cols / 2);
+        nvfp4_row_rne(c + r * cols, blocks, out.scales + r * out.scale_stride, s_dec, mult.data(), codes.data(),
+                      out.data + r * cols / 2);
       return;
     }
     for (int64_t r = row_begin; r < row_end; ++r) {
@@ -464,28 +558,47 @@ void nvfp4(const QuantizeArgs& a, const T* x) {
 
 // ---- Dequantize ---------------------------------------------------------------------------
 
-/*! out[r, k] = Out(decode(r, k)) over the (R, K) output, rows split over threads. */
-template <typename Out, typename Decode>
-void dequantize_rows(const DequantizeArgs& a, Decode decode) {
-  Out* out = static_cast<Out*>(a.output->data);
-  const int64_t R = a.rows, K = a.cols;
-  parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t r = row_begin; r < row_end; ++r)
-      for (int64_t k = 0; k < K; ++k) out[r * K + k] = FromFloat<Out>::apply(decode(r, k));
-  });
+/*! out[k] = Out(value[codes[k]] * mult[k]) for k < K: one output row from its FP8 codes, the
+ *  exact values of the 256 codes and a per-element multiplier (its block's scale). */
+template <typename Out>
+TWE_CPU_CLONES void decode_run(const uint8_t* codes, int64_t K, const float* value, const float* mult, Out* out) {
+  for (int64_t k = 0; k < K; ++k) out[k] = FromFloat<Out>::apply(value[codes[k]] * mult[k]);
 }
 
-/*! The FP8 code of logical element (r, k), stored (R, K) or, when `transposed`, (K, R). */
-inline uint8_t fp8_code(const DequantizeArgs& a, int64_t r, int64_t k, bool transposed) {
+/*! Dequantizes an FP8-coded (R, K) tensor stored (R, K) or, when `transposed`, (K, R): tiles of
+ *  16 rows (a transposed copy is first turned back into 16 contiguous rows of codes), each row
+ *  decoded through the 256-entry value table of format F with the multipliers
+ *  `row_scales(r, mult)` writes for row r. The table holds fp8_to_float of every code, so the
+ *  bytes are those of decoding element by element. */
+template <FP8Format F, typename Out, typename RowScales>
+void dequantize_fp8_rows(const DequantizeArgs& a, bool transposed, RowScales row_scales) {
+  std::array<float, 256> value{};
+  for (int code = 0; code < 256; ++code) value[code] = numerics::fp8_to_float<F>(static_cast<uint8_t>(code));
   const uint8_t* q = static_cast<const uint8_t*>(a.data->data);
-  return transposed ? q[k * a.rows + r] : q[r * a.cols + k];
+  Out* out = static_cast<Out*>(a.output->data);
+  const int64_t R = a.rows, K = a.cols;
+  constexpr int64_t kRowTile = 16;
+  parallel_for((R + kRowTile - 1) / kRowTile, R * K, [&](int64_t tile_begin, int64_t tile_end) {
+    std::vector<uint8_t> codes(transposed ? static_cast<size_t>(kRowTile * K) : 0);
+    std::vector<float> mult(static_cast<size_t>(K));
+    for (int64_t t = tile_begin; t < tile_end; ++t) {
+      const int64_t r0 = t * kRowTile, h = std::min(kRowTile, R - r0);
+      // Stored (K, R): the h columns r0.. of the stored copy, transposed into h rows of K codes.
+      if (transposed) transpose_bytes(q + r0, R, K, h, codes.data(), K);
+      for (int64_t j = 0; j < h; ++j) {
+        row_scales(r0 + j, mult.data());
+        const uint8_t* row = transposed ? codes.data() + j * K : q + (r0 + j) * K;
+        decode_run(row, K, value.data(), mult.data(), out + (r0 + j) * K);
+      }
+    }
+  });
 }
 
 template <FP8Format F, typename Out>
 void dequantize_fp8_typed(const DequantizeArgs& a) {
   const float scale_inv = *static_cast<const float*>(a.scale_inv->data);
-  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
-    return numerics::fp8_to_float<F>(fp8_code(a, r, k, a.columnwise)) * scale_inv;
+  dequantize_fp8_rows<F, Out>(a, a.columnwise, [&](int64_t, float* mult) {
+    std::fill(mult, mult + a.cols, scale_inv);
   });
 }
 
@@ -493,10 +606,10 @@ template <FP8Format F, typename Out>
 void dequantize_mxfp8_typed(const DequantizeArgs& a) {
   const uint8_t* scales = static_cast<const uint8_t*>(a.scale_inv->data);
   const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
-  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
-    const uint8_t e = a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32];
-    // MXFP8 keeps its columnwise copy in the (R, K) layout.
-    return numerics::fp8_to_float<F>(fp8_code(a, r, k, false)) * numerics::e8m0_to_float(e);
+  // MXFP8 keeps its columnwise copy in the (R, K) layout.
+  dequantize_fp8_rows<F, Out>(a, false, [&](int64_t r, float* mult) {
+    for (int64_t k = 0; k < a.cols; ++k)
+      mult[k] = numerics::e8m0_to_float(a.columnwise ? scales[(r / 32) * stride + k] : scales[r * stride + k / 32]);
   });
 }
 
@@ -504,12 +617,13 @@ template <FP8Format F, typename Out>
 void dequantize_fp8_block_typed(const DequantizeArgs& a) {
   const float* scales = static_cast<const float*>(a.scale_inv->data);
   const int64_t stride = a.scale_inv->shape[a.scale_inv->ndim - 1];
-  dequantize_rows<Out>(a, [&](int64_t r, int64_t k) {
-    const int64_t rb = r / kFP8Block, kb = k / kFP8Block;
-    float s;
-    if (a.two_d) s = a.columnwise ? scales[kb * stride + rb] : scales[rb * stride + kb];
-    else s = a.columnwise ? scales[rb * stride + k] : scales[kb * stride + r];
-    return numerics::fp8_to_float<F>(fp8_code(a, r, k, a.columnwise)) * s;
+  dequantize_fp8_rows<F, Out>(a, a.columnwise, [&](int64_t r, float* mult) {
+    const int64_t rb = r / kFP8Block;
+    for (int64_t k = 0; k < a.cols; ++k) {
+      const int64_t kb = k / kFP8Block;
+      if (a.two_d) mult[k] = a.columnwise ? scales[kb * stride + rb] : scales[rb * stride + kb];
+      else mult[k] = a.columnwise ? scales[rb * stride + k] : scales[kb * stride + r];
+    }
   });
 }
 
@@ -593,6 +707,69 @@ TweStatus grouped_quantize_fp8_current(const QuantizeArgs& a, const TweTensorVie
     QuantizeArgs group{&input, nullptr, nullptr, &out, a.params, rows, k, a.stream};
     const TweStatus st = quantize_fp8_current(group);
     if (st) return st;
+  }
+  return kTweSuccess;
+}
+
+TweStatus grouped_quantize_fp8_delayed(const QuantizeArgs& a, const TweTensorView& m_splits) {
+  const int32_t* splits = static_cast<const int32_t*>(m_splits.data);
+  const TweQuantizedTensor& o = *a.output;
+  const int64_t k = a.cols;
+  int64_t start = 0;
+  for (int64_t g = 0; g < m_splits.shape[0]; ++g) {
+    const int64_t begin = std::min(start, a.rows);
+    const int64_t end = std::min(start + std::max<int32_t>(splits[g], 0), a.rows);
+    start += std::max<int32_t>(splits[g], 0);
+    const int64_t rows = end - begin;
+    TweTensorView input = view_2d(*a.input, begin * k, rows, k);
+    TweTensorView scale = view_2d(*a.scale, g, 1, 1);
+    TweQuantizedTensor out{};
+    out.rowwise_data = view_2d(o.rowwise_data, begin * k, rows, k);
+    out.rowwise_scale_inv = view_2d(o.rowwise_scale_inv, g, 1, 1);
+    out.columnwise_data = view_2d(o.columnwise_data, begin * k, k, rows);
+    out.columnwise_scale_inv = view_2d(o.columnwise_scale_inv, g, 1, 1);
+    out.amax = view_2d(o.amax, g, 1, 1);
+    QuantizeArgs group{&input, &scale, nullptr, &out, a.params, rows, k, a.stream};
+    const TweStatus st = quantize_fp8_delayed(group);
+    if (st) return st;
+  }
+  return kTweSuccess;
+}
+
+TweStatus grouped_quantize_fp8_block(const QuantizeArgs& a, const TweTensorView& m_splits) {
+  const int32_t* splits = static_cast<const int32_t*>(m_splits.data);
+  const TweQuantizedTensor& o = *a.output;
+  const int64_t k = a.cols;
+  const bool two_d = a.params.two_d != 0;
+  int64_t start = 0, row_scales = 0, col_scales = 0;
+  for (int64_t g = 0; g < m_splits.shape[0]; ++g) {
+    const int64_t m = splits[g];
+    if (m < 0 || m % 128 != 0) {
+      return fail(kTweInvalidArgument, "FP8 block scaling quantizes each expert block on its own and needs every "
+                                       "m_split to be a multiple of 128 (pad the blocks: align_size=128), got " +
+                                           std::to_string(m));
+    }
+    int64_t rr, rc, cr, cc;
+    fp8_block_scale_dims(m, k, two_d, &rr, &rc);  // rowwise copy: data (m, K)
+    fp8_block_scale_dims(k, m, two_d, &cr, &cc);  // columnwise copy: data (K, m)
+    if (start + m > a.rows || row_scales + rr * rc > numel(o.rowwise_scale_inv) ||
+        col_scales + cr * cc > numel(o.columnwise_scale_inv)) {
+      return fail(kTweInvalidArgument, "m_splits exceed the rows of the input or of the scale buffers");
+    }
+    if (m > 0) {
+      TweTensorView input = view_2d(*a.input, start * k, m, k);
+      TweQuantizedTensor out{};
+      out.rowwise_data = view_2d(o.rowwise_data, start * k, m, k);
+      out.rowwise_scale_inv = view_2d(o.rowwise_scale_inv, row_scales, rr, rc);
+      out.columnwise_data = view_2d(o.columnwise_data, start * k, k, m);
+      out.columnwise_scale_inv = view_2d(o.columnwise_scale_inv, col_scales, cr, cc);
+      QuantizeArgs group{&input, nullptr, nullptr, &out, a.params, m, k, a.stream};
+      const TweStatus st = quantize_fp8_block(group);
+      if (st) return st;
+    }
+    start += m;
+    row_scales += rr * rc;
+    col_scales += cr * cc;
   }
   return kTweSuccess;
 }

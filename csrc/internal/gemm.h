@@ -125,7 +125,22 @@ struct GroupedGemmArgs {
   int64_t n;
   int64_t k;
   void* stream;
+  bool a_block_2d;  // kTweGemmFP8Block: 128x128 tiles (else 1x128 blocks)
+  bool b_block_2d;
 };
+
+/*! Elements of the fp32 FP8-block scale tensor of a K-major data block (rows, cols) (NUMERICS.md
+ *  §6, rows and cols multiples of 128): 1x128 blocks (cols/128, rows), 128x128 tiles
+ *  (rows/128, roundup(cols/128, 4)). Host and device. */
+TWE_HOST_DEVICE void fp8_block_scale_dims(int64_t rows, int64_t cols, bool two_d, int64_t* sr, int64_t* sc) {
+  if (two_d) {
+    *sr = rows / 128;
+    *sc = (cols / 128 + 3) / 4 * 4;
+  } else {
+    *sr = cols / 128;
+    *sc = rows;
+  }
+}
 
 /*! [begin, end) of group g's rows: sizes < 0 count as 0, blocks clipped to m (host and device). */
 TWE_HOST_DEVICE void group_rows(const int32_t* splits, int64_t g, int64_t m, int64_t* begin, int64_t* end) {

@@ -62,6 +62,10 @@ TWE_QUANTIZE_KERNELS(cpu)
 namespace cpu {
 /*! twe_grouped_quantize_fp8_current after the ABI checks: quantize_fp8_current per row block. */
 TweStatus grouped_quantize_fp8_current(const QuantizeArgs& args, const TweTensorView& m_splits);
+/*! twe_grouped_quantize_fp8_delayed after the ABI checks: quantize_fp8_delayed per row block. */
+TweStatus grouped_quantize_fp8_delayed(const QuantizeArgs& args, const TweTensorView& m_splits);
+/*! twe_grouped_quantize_fp8_block after the ABI checks: quantize_fp8_block per row block. */
+TweStatus grouped_quantize_fp8_block(const QuantizeArgs& args, const TweTensorView& m_splits);
 /*! twe_grouped_quantize_mxfp8 after the ABI checks: quantize_mxfp8 per row block. */
 TweStatus grouped_quantize_mxfp8(const QuantizeArgs& args, const TweTensorView& m_splits);
 }  // namespace cpu

@@ -52,6 +52,10 @@ TweGroupedGemmParams grouped_params(OpCall& call) {
   params.scaling = static_cast<TweGemmScaling>(call.attrs->get_int("scaling"));
   params.a_k_major = static_cast<int32_t>(call.attrs->get_int("a_k_major"));
   params.b_k_major = static_cast<int32_t>(call.attrs->get_int("b_k_major"));
+  int64_t two_d = 0;
+  params.a_block_2d = call.attrs->find_int("a_block_2d", &two_d) ? static_cast<int32_t>(two_d) : 0;
+  two_d = 0;
+  params.b_block_2d = call.attrs->find_int("b_block_2d", &two_d) ? static_cast<int32_t>(two_d) : 0;
   return params;
 }
 

@@ -60,6 +60,20 @@ TweStatus grouped_quantize_fp8_current(OpCall& call) {
   return twe_grouped_quantize_fp8_current(call.input(0), call.input(1), &out, &p, call.stream);
 }
 
+// inputs: x, m_splits, scale | outputs: rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv, amax
+TweStatus grouped_quantize_fp8_delayed(OpCall& call) {
+  TweQuantizedTensor out = quantized_outputs(call, AmaxOutputs::kTensor);
+  TweQuantizeParams p = quantize_params(*call.attrs);
+  return twe_grouped_quantize_fp8_delayed(call.input(0), call.input(1), call.input(2), &out, &p, call.stream);
+}
+
+// inputs: x, m_splits | outputs: rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv
+TweStatus grouped_quantize_fp8_block(OpCall& call) {
+  TweQuantizedTensor out = quantized_outputs(call, AmaxOutputs::kNone);
+  TweQuantizeParams p = quantize_params(*call.attrs);
+  return twe_grouped_quantize_fp8_block(call.input(0), call.input(1), &out, &p, call.stream);
+}
+
 // inputs: x, m_splits | outputs: rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv
 TweStatus grouped_quantize_mxfp8(OpCall& call) {
   TweQuantizedTensor out = quantized_outputs(call, AmaxOutputs::kNone);
@@ -153,6 +167,8 @@ TweStatus update_delayed_scaling(OpCall& call) {
 
 TWE_REGISTER_OP(quantize_fp8_current, quantize_fp8_current);
 TWE_REGISTER_OP(grouped_quantize_fp8_current, grouped_quantize_fp8_current);
+TWE_REGISTER_OP(grouped_quantize_fp8_delayed, grouped_quantize_fp8_delayed);
+TWE_REGISTER_OP(grouped_quantize_fp8_block, grouped_quantize_fp8_block);
 TWE_REGISTER_OP(grouped_quantize_mxfp8, grouped_quantize_mxfp8);
 TWE_REGISTER_OP(quantize_fp8_delayed, quantize_fp8_delayed);
 TWE_REGISTER_OP(quantize_mxfp8, quantize_mxfp8);

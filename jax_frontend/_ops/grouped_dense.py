@@ -18,6 +18,8 @@ from ...ops.gemm import (
     GROUPED_GEMM_FP8,
     GROUPED_GEMM_WGRAD,
     GROUPED_GEMM_WGRAD_FP8,
+    block_2d,
+    check_grouped_delayed_state,
     check_grouped_weights,
     check_m_splits,
     grouped_quantizers,
@@ -26,6 +28,8 @@ from ...ops.permute import check_split_values
 from ...ops.quantize import GROUPED_QUANTIZE, ArrayMeta
 from .._library import dtype_name, ffi, meta
 from ..autocast import current_recipe
+from .dense import STATE_FIELDS
+from .quantize import record_amax, update_delayed_scaling
 
 
 def _grouped_gemm(a, b, m_splits, bias, b_columnwise: bool, out_dtype):
@@ -66,58 +70,97 @@ _grouped.defvjp(_grouped_fwd, _grouped_bwd)
 
 # ---- per-tensor FP8 (Float8CurrentScaling): each expert's blocks quantized on their own ----------
 
-def _grouped_quantize(x, m_splits, quantizer):
-    return ffi(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), quantizer), [x, m_splits])
+def _grouped_quantize(x, m_splits, quantizer, scale=None):
+    call = GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), meta(scale), quantizer=quantizer)
+    arrays = {"x": x, "m_splits": m_splits, "scale": scale}
+    return ffi(call, [arrays[name] for name in call.inputs])
 
 
-def _gemm_fp8(a, a_s, b, b_s, m_splits, bias, mode, b_k_major, out_dtype):
+def grouped_delayed_scaling_state(num_gemms: int, amax_history_len: int = 1024) -> dict:
+    """Initial DelayedScaling state of a grouped dense layer of G = num_gemms experts
+    (NUMERICS.md §3): histories zero, scales one.
+
+    Shapes: fwd_amax_history (L, 2G) (the G inputs' slots, then the G kernels'), fwd_scale
+        (2G,), bwd_amax_history (L, G), bwd_scale (G,); all float32. Expert g's slots (columns
+        g and G+g forward, g backward) evolve exactly as ``delayed_scaling_state`` of a
+        ``twinengine.jax.dense`` on its rows.
+    """
+    return {"fwd_amax_history": jnp.zeros((amax_history_len, 2 * num_gemms), jnp.float32),
+            "fwd_scale": jnp.ones((2 * num_gemms,), jnp.float32),
+            "bwd_amax_history": jnp.zeros((amax_history_len, num_gemms), jnp.float32),
+            "bwd_scale": jnp.ones((num_gemms,), jnp.float32)}
+
+
+def _gemm_fp8(a, a_s, b, b_s, m_splits, bias, mode, b_k_major, out_dtype, a_block_2d=False, b_block_2d=False):
     call = GROUPED_GEMM_FP8.plan(meta(a), meta(a_s), meta(b), meta(b_s), meta(m_splits), meta(bias), scaling_mode=mode,
-                                 b_k_major=b_k_major, out_dtype=dtype_name(out_dtype))
+                                 b_k_major=b_k_major, out_dtype=dtype_name(out_dtype), a_block_2d=a_block_2d,
+                                 b_block_2d=b_block_2d)
     arrays = {"a": a, "a_scale_inv": a_s, "b": b, "b_scale_inv": b_s, "m_splits": m_splits, "bias": bias}
     return ffi(call, [arrays[name] for name in call.inputs])[0]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _grouped_fp8(x, w, m_splits, bias, qs):
-    return _grouped_fp8_fwd(x, w, m_splits, bias, qs)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _grouped_fp8(x, w, m_splits, bias, state, qs):
+    return _grouped_fp8_fwd(x, w, m_splits, bias, state, qs)[0]
 
 
-def _grouped_fp8_fwd(x, w, m_splits, bias, qs):
+def _grouped_fp8_fwd(x, w, m_splits, bias, state, qs):
     groups, n, k = w.shape
-    x_row, x_row_s, x_col, x_col_s = _grouped_quantize(x, m_splits, qs.input)[:4]
-    w_row, w_row_s, w_col, w_col_s = _grouped_quantize(w.reshape(groups * n, k), jnp.full((groups,), n, jnp.int32),
-                                                       qs.weight)[:4]
+    fwd_scale = state["fwd_scale"] if qs.delayed else None
+    x_row, x_row_s, x_col, x_col_s, *x_amax = _grouped_quantize(x, m_splits, qs.input,
+                                                                None if fwd_scale is None else fwd_scale[:groups])
+    w_row, w_row_s, w_col, w_col_s, *w_amax = _grouped_quantize(w.reshape(groups * n, k),
+                                                                jnp.full((groups,), n, jnp.int32), qs.weight,
+                                                                None if fwd_scale is None else fwd_scale[groups:])
     y = _gemm_fp8(x_row, x_row_s, w_row.reshape(groups, n, k), w_row_s, m_splits, bias, qs.input.scaling_mode, True,
-                  x.dtype)
+                  x.dtype, block_2d(qs.input), block_2d(qs.weight))
+    new_state = state
+    if qs.delayed:
+        history = record_amax(state["fwd_amax_history"], jnp.concatenate([x_amax[0], w_amax[0]]))
+        new_history, new_scale = update_delayed_scaling(history, fwd_scale, qs.fwd_fp8_dtype, margin=qs.margin,
+                                                        amax_compute_algo=qs.amax_compute_algo)
+        new_state = {**state, "fwd_amax_history": new_history, "fwd_scale": new_scale}
     tags = (jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype), None if bias is None else jnp.zeros((0,), bias.dtype))
-    return y, (x_col, x_col_s, w_col, w_col_s, m_splits, tags)
+    return (y, new_state), (x_col, x_col_s, w_col, w_col_s, m_splits, tags, new_state)
 
 
-def _grouped_fp8_bwd(qs, res, dy):
-    x_col, x_col_s, w_col, w_col_s, m_splits, (x_tag, w_tag, b_tag) = res
+def _grouped_fp8_bwd(qs, res, cotangents):
+    x_col, x_col_s, w_col, w_col_s, m_splits, (x_tag, w_tag, b_tag), state = res
+    dy = cotangents[0]
     groups = m_splits.shape[0]
     rows, n = dy.shape
     k = w_col.size // (groups * n)
     mode = qs.grad_output.scaling_mode
-    d_row, d_row_s, d_col, d_col_s = _grouped_quantize(dy, m_splits, qs.grad_output)[:4]
+    bwd_scale = state["bwd_scale"] if qs.delayed else None
+    d_row, d_row_s, d_col, d_col_s, *d_amax = _grouped_quantize(dy, m_splits, qs.grad_output, bwd_scale)
+    state_out = None
+    if qs.delayed:
+        history = record_amax(state["bwd_amax_history"], d_amax[0])
+        new_history, new_scale = update_delayed_scaling(history, bwd_scale, qs.bwd_fp8_dtype, margin=qs.margin,
+                                                        amax_compute_algo=qs.amax_compute_algo)
+        # The state's "gradient" is the next state: forward slots from the forward, grad slots from here.
+        state_out = {**state, "bwd_amax_history": new_history, "bwd_scale": new_scale}
     if mode == "mxfp8":  # columnwise copies keep the (rows, cols) layout
         w_b, d_a, x_b = w_col.reshape(groups, n, k), d_col, x_col
     else:  # per-tensor FP8: transposed copies, block after block
         w_b, d_a, x_b = w_col.reshape(groups, k, n), d_col.reshape(n, rows), x_col.reshape(k, rows)
-    dx = _gemm_fp8(d_row, d_row_s, w_b, w_col_s, m_splits, None, mode, mode != "mxfp8", x_tag.dtype)
+    g_2d = block_2d(qs.grad_output)
+    dx = _gemm_fp8(d_row, d_row_s, w_b, w_col_s, m_splits, None, mode, mode != "mxfp8", x_tag.dtype, g_2d,
+                   block_2d(qs.weight))
     call = GROUPED_GEMM_WGRAD_FP8.plan(meta(d_a), meta(d_col_s), meta(x_b), meta(x_col_s), meta(m_splits),
-                                       scaling_mode=mode, out_dtype=dtype_name(w_tag.dtype))
+                                       scaling_mode=mode, out_dtype=dtype_name(w_tag.dtype), a_block_2d=g_2d,
+                                       b_block_2d=block_2d(qs.input))
     dw = ffi(call, [d_a, d_col_s, x_b, x_col_s, m_splits])[0]
     db = None
     if b_tag is not None:
         db = bias_grad_grouped(dy, m_splits, b_tag.dtype)
-    return dx, dw, np.zeros(m_splits.shape, jax.dtypes.float0), db
+    return dx, dw, np.zeros(m_splits.shape, jax.dtypes.float0), db, state_out
 
 
 _grouped_fp8.defvjp(_grouped_fp8_fwd, _grouped_fp8_bwd)
 
 
-def grouped_dense(x, kernels, group_sizes, bias=None):
+def grouped_dense(x, kernels, group_sizes, bias=None, *, state: dict | None = None):
     """y[rows_g] = x[rows_g] · kernels[g] (+ bias[g]) for the G consecutive row blocks of
     ``group_sizes``; jit-, grad-clean, one grouped kernel call per GEMM phase.
 
@@ -127,12 +170,17 @@ def grouped_dense(x, kernels, group_sizes, bias=None):
     Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
     Numerics: exactly ``twinengine.pytorch.grouped_linear`` with weights = kernelsᵀ (each group
         the bytes of ``twinengine.jax.dense`` on its rows), in high precision and inside
-        ``autocast(Float8CurrentScaling | MXFP8BlockScaling)`` (per-expert quantization, CPU
-        only; MXFP8 needs every group size a multiple of 32).
+        ``autocast(DelayedScaling | Float8CurrentScaling | MXFP8BlockScaling |
+        Float8BlockScaling)`` (per-expert quantization, CPU only; every group size a multiple of
+        32 for MXFP8, of 128 for FP8 block).
+    DelayedScaling (functional, as ``dense``): pass ``state``
+        (``grouped_delayed_scaling_state(G, L)``); returns ``(y, state_after_forward)``, and the
+        gradient of the loss with respect to ``state`` *is* the next state (forward slots from
+        the forward, grad slots from the backward) — use it instead of applying it.
     Raises:
         TypeError / ValueError: the shared core checks (as grouped_linear); for concrete CPU
             group_sizes also Σ > rows or a negative size; TypeError inside an autocast region
-            with another recipe.
+            with a recipe whose grouped path is not built; delayed state missing or misshapen.
     """
     qs = grouped_quantizers(current_recipe())
     kernels = jnp.asarray(kernels)
@@ -149,5 +197,12 @@ def grouped_dense(x, kernels, group_sizes, bias=None):
         check_split_values("grouped_linear", np.asarray(splits).tolist(), x2.shape[0])
     w = jnp.transpose(kernels, (0, 2, 1))
     bias = None if bias is None else jnp.asarray(bias)
-    y = _grouped(x2, w, splits, bias) if qs is None else _grouped_fp8(x2, w, splits, bias, qs)
+    if qs is None:
+        return _grouped(x2, w, splits, bias).reshape(*x.shape[:-1], w.shape[1])
+    if qs.delayed:
+        check_grouped_delayed_state(num_gemms, None if state is None else state["fwd_amax_history"].shape[0], qs,
+                                    None if state is None else [jnp.shape(state[f]) for f in STATE_FIELDS])
+        y, new_state = _grouped_fp8(x2, w, splits, bias, state, qs)
+        return y.reshape(*x.shape[:-1], w.shape[1]), new_state
+    y, _ = _grouped_fp8(x2, w, splits, bias, None, qs)
     return y.reshape(*x.shape[:-1], w.shape[1])

@@ -7,6 +7,7 @@ same op list and parameters give the same bytes as in PyTorch.
 
 from .activation import GEGLU, GELU, QGEGLU, QGELU, ClampedSwiGLU, ReGLU, ReLU, SReGLU, SReLU, SiLU, SwiGLU
 from .dropout import Dropout
+from .grouped_linear import GroupedLinear
 from .linear import BasicLinear, Bias, Linear
 from .normalization import L2Normalization, LayerNorm, RMSNorm
 from .op import BasicOperation, OpContext
@@ -16,7 +17,7 @@ from .structural import AddExtraInput, ConstantScale, Identity, MakeExtraOutput,
 
 __all__ = [
     "AddExtraInput", "BasicLinear", "BasicOperation", "Bias", "ClampedSwiGLU", "ConstantScale", "Dropout", "GEGLU",
-    "GELU", "Identity", "L2Normalization", "LayerNorm", "Linear", "MakeExtraOutput", "OpContext", "QGEGLU", "QGELU",
-    "Quantize", "RMSNorm", "ReGLU", "ReLU", "Reshape", "SReGLU", "SReLU", "SiLU", "Sequential", "SwiGLU",
-    "run_ops",
+    "GELU", "GroupedLinear", "Identity", "L2Normalization", "LayerNorm", "Linear", "MakeExtraOutput", "OpContext",
+    "QGEGLU", "QGELU", "Quantize", "RMSNorm", "ReGLU", "ReLU", "Reshape", "SReGLU", "SReLU", "SiLU", "Sequential",
+    "SwiGLU", "run_ops",
 ]

@@ -63,3 +63,18 @@ def test_grouped_linear_cuda_compiled_new_split_does_not_recompile():
     with no_recompiles():
         y = compiled(x, torch.tensor([0, 32, 0, 0], device="cuda"))
     torch.testing.assert_close(y, layer(x, torch.tensor([0, 32, 0, 0], device="cuda")), rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_linear_cuda_bias_is_added_after_the_output_rounding():
+    """CUDA epilogue = the CPU rule: each expert's GEMM output rounded to bf16, then fl(y + b)."""
+    torch.manual_seed(1)
+    splits = torch.tensor([7, 0, 25], device="cuda")
+    x = torch.randn(40, 48, device="cuda", dtype=torch.bfloat16)
+    ws = [torch.randn(24, 48, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    bs = [torch.randn(24, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    y = tep.grouped_linear(x, ws, splits, bs)
+    plain = tep.grouped_linear(x, ws, splits)
+    rows = torch.repeat_interleave(torch.arange(3, device="cuda"), splits)
+    expected = plain.clone()
+    expected[:32] = (plain[:32].float() + torch.stack(bs).float()[rows]).to(torch.bfloat16)
+    assert_bytes_equal(from_torch(y.cpu()), from_torch(expected.cpu()), "bias epilogue")

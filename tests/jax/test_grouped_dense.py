@@ -86,18 +86,21 @@ def test_grouped_dense_rejects_bad_arguments(call, error, match):
 
 
 def test_grouped_dense_under_an_unsupported_recipe_raises():
-    with tej.autocast(te.recipe.Float8BlockScaling()):
+    with tej.autocast(te.recipe.NVFP4BlockScaling()):
         with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
-                                            "Float8CurrentScaling"):
+                                            "DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
+                                            "Float8BlockScaling"):
             tej.grouped_dense(jnp.ones((64, 32)), jnp.ones((2, 32, 32)), jnp.asarray([32, 32]))
 
 
 @pytest.mark.parametrize("recipe_name, splits", [("Float8CurrentScaling", [5, 3, 20, 4]),
                                                  ("Float8CurrentScaling", [0, 0, 28, 0]),
-                                                 ("MXFP8BlockScaling", [32, 0, 64, 32])], ids=str)
+                                                 ("MXFP8BlockScaling", [32, 0, 64, 32]),
+                                                 ("Float8BlockScaling", [128, 0, 256, 128])], ids=str)
 def test_grouped_dense_quantized_matches_per_group_dense(recipe_name, splits):
     recipe = getattr(te.recipe, recipe_name)()
-    x, k, b, dy = _case(splits, "bfloat16", seed=2, K=64, N=32)
+    block = recipe_name == "Float8BlockScaling"
+    x, k, b, dy = _case(splits, "bfloat16", seed=2, K=256 if block else 64, N=128 if block else 32)
 
     def grouped(x, k, b):
         with tej.autocast(recipe):
@@ -117,3 +120,120 @@ def test_grouped_dense_quantized_matches_per_group_dense(recipe_name, splits):
         for name, got, exp in (("output", y[rows], yg), ("dgrad", dx[rows], dxg), ("wgrad", dk[g], dkg),
                                ("bias grad", db[g], dbg)):
             assert_bytes_equal(np.asarray(got), np.asarray(exp), f"{name} {g}")
+
+
+def test_grouped_dense_delayed_scaling_matches_per_group_dense_over_steps():
+    """Three jitted DelayedScaling steps with changing splits (one compile): each group's output,
+    gradients and state slots equal tej.dense with its own state on its rows (empty groups
+    included: their slots move on as a dense's on one zero row — input and grad amax 0)."""
+    recipe = te.recipe.DelayedScaling(amax_history_len=4)
+    G, K, N = 4, 32, 16
+
+    def grouped(x, k, s, b, state):
+        with tej.autocast(recipe):
+            return tej.grouped_dense(x, k, s, b, state=state)
+
+    def step(x, k, s, b, state, dy):
+        (y, _), vjp = jax.vjp(lambda x, k, b, st: grouped(x, k, s, b, st), x, k, b, state)
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, state)
+        dx, dk, db, new_state = vjp((dy, zeros))
+        return y, dx, dk, db, new_state
+
+    def dense_step(x, k, b, state, dy):
+        (y, _), vjp = jax.vjp(lambda x, k, b, st: tej.dense(x, k, b, recipe=recipe, state=st), x, k, b, state)
+        return (y,) + vjp((dy, jax.tree_util.tree_map(jnp.zeros_like, state)))
+
+    jitted = jax.jit(step)
+    state = tej.grouped_delayed_scaling_state(G, 4)
+    states = [tej.delayed_scaling_state(4) for _ in range(G)]
+    _, k, b, _ = _case([28], "bfloat16", seed=3, K=K, N=N)
+    k = jnp.stack([k[0] * (g + 1) for g in range(G)])
+    b = jnp.stack([b[0]] * G)
+    for i, splits in enumerate(([5, 3, 20, 4], [0, 0, 32, 0], [1, 13, 0, 18])):
+        x, _, _, dy = _case(splits, "bfloat16", seed=10 + i, K=K, N=N)
+        x = x * np.asarray(4.0 ** i, x.dtype)
+        y, dx, dk, db, state = jitted(x, k, jnp.asarray(splits, jnp.int32), b, state, dy)
+        off = 0
+        for g, size in enumerate(splits):
+            rows = slice(off, off + size)
+            off += size
+            if size == 0:  # its slots still move on with input and grad amax 0: dense on one zero row
+                zero = np.zeros((1, K), x.dtype)
+                *_, states[g] = dense_step(zero, k[g], b[g], states[g], np.zeros((1, N), dy.dtype))
+                assert not np.asarray(dk[g]).astype(np.float32).any()
+            else:
+                yg, dxg, dkg, dbg, states[g] = dense_step(x[rows], k[g], b[g], states[g], dy[rows])
+            for name, got, exp in (("output", y[rows], yg), ("dgrad", dx[rows], dxg), ("wgrad", dk[g], dkg),
+                                   ("bias grad", db[g], dbg)) if size else ():
+                assert_bytes_equal(np.asarray(got), np.asarray(exp), f"step {i} {name} {g}")
+            for name, cols in (("fwd_amax_history", [g, G + g]), ("fwd_scale", [g, G + g]),
+                               ("bwd_amax_history", [g]), ("bwd_scale", [g])):
+                assert_bytes_equal(np.asarray(state[name][..., cols]), np.asarray(states[g][name]),
+                                   f"step {i} {name} {g}")
+    assert jitted._cache_size() == 1
+    assert (np.asarray(state["fwd_scale"]) != 1).any()
+
+
+def test_grouped_dense_delayed_scaling_needs_state():
+    with tej.autocast(te.recipe.DelayedScaling(amax_history_len=4)):
+        with pytest.raises(ValueError, match="twinengine.linear: DelayedScaling needs the layer's delayed-scaling"):
+            tej.grouped_dense(jnp.ones((4, 16)), jnp.ones((2, 16, 16)), jnp.asarray([2, 2]))
+        with pytest.raises(ValueError, match="twinengine.grouped_linear: the delayed-scaling state of a GroupedLinear "
+                                             "of 2 GEMMs must have shapes"):
+            tej.grouped_dense(jnp.ones((4, 16)), jnp.ones((2, 16, 16)), jnp.asarray([2, 2]),
+                              state=tej.delayed_scaling_state(4))
+
+
+def test_flax_grouped_dense_delayed_scaling_state_in_fp8_meta():
+    """The Flax module keeps the per-expert DelayedScaling state in "fp8_meta": two training
+    steps (next state = gradient wrt the collection) equal the functional grouped_dense's."""
+    from twinengine.jax.flax import GroupedDense
+    recipe = te.recipe.DelayedScaling(amax_history_len=4)
+    x, _, _, dy = _case([8, 0, 24], "bfloat16", seed=5, K=32, N=16)
+    splits = jnp.asarray([8, 0, 24])
+    module = GroupedDense(num_gemms=3, features=16, param_dtype=jnp.bfloat16)
+    with tej.autocast(recipe):
+        variables = module.init(jax.random.PRNGKey(0), x, splits)
+    params, meta = variables["params"], variables["fp8_meta"]
+    assert meta["delayed_scaling"]["fwd_amax_history"].shape == (4, 6)
+
+    def loss(params, meta):
+        with tej.autocast(recipe):
+            y = module.apply({"params": params, "fp8_meta": meta}, x, splits)
+        return (y.astype(jnp.float32) * dy.astype(np.float32)).sum()
+
+    def ref_loss(kernel, bias, state):
+        with tej.autocast(recipe):
+            y, _ = tej.grouped_dense(x, kernel, splits, bias, state=state)
+        return (y.astype(jnp.float32) * dy.astype(np.float32)).sum()
+
+    state = tej.grouped_delayed_scaling_state(3, 4)
+    step = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    ref_step = jax.jit(jax.grad(ref_loss, argnums=(0, 1, 2)))
+    for _ in range(2):
+        (grads, meta) = step(params, meta)
+        dk, db, state = ref_step(params["kernel"], params["bias"], state)
+        assert_bytes_equal(np.asarray(grads["kernel"]), np.asarray(dk), "kernel grad")
+        assert_bytes_equal(np.asarray(grads["bias"]), np.asarray(db), "bias grad")
+        for name in state:
+            assert_bytes_equal(np.asarray(meta["delayed_scaling"][name]), np.asarray(state[name]), name)
+    assert (np.asarray(state["fwd_scale"]) != 1).any()
+
+
+def test_grouped_linear_basic_op_matches_grouped_dense():
+    """jax ops.GroupedLinear in a Sequential equals grouped_dense with kernels = weightsᵀ; under
+    DelayedScaling it points to grouped_dense's per-expert state."""
+    import twinengine.jax.ops as jops
+    op = jops.GroupedLinear(3, 48, 24)
+    seq = jops.Sequential(op)
+    params = seq.init(jax.random.PRNGKey(1))
+    x, _, _, _ = _case([3, 0, 9], "float32")
+    splits = jnp.asarray([3, 0, 9])
+    y = jax.jit(lambda x, p, s: seq(x, p, s))(x, params, splits)
+    w = jnp.stack(params[0][:3])
+    b = jnp.stack(params[0][3:])
+    expected = tej.grouped_dense(x, jnp.transpose(w, (0, 2, 1)), splits, b)
+    assert_bytes_equal(np.asarray(y), np.asarray(expected), "basic op")
+    with tej.autocast(te.recipe.DelayedScaling(amax_history_len=4)):
+        with pytest.raises(TypeError, match="twinengine.grouped_linear: DelayedScaling needs per-expert amax"):
+            seq(x, params, splits)

@@ -86,11 +86,15 @@ QUANTIZED = [("Float8CurrentScaling", [5, 3, 20, 4]), ("Float8CurrentScaling", [
              ("MXFP8BlockScaling", [0, 0, 96, 0])]
 
 
+BLOCK = [("Float8BlockScaling", [128, 0, 256, 128]), ("Float8BlockScaling", [0, 0, 384, 0])]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("recipe_name, splits", QUANTIZED, ids=str)
+@pytest.mark.parametrize("recipe_name, splits", QUANTIZED + BLOCK, ids=str)
 def test_grouped_linear_quantized_matches_per_expert_linear(recipe_name, splits, dtype):
     recipe = getattr(te.recipe, recipe_name)()
-    x_np, w, b, dy = _case(splits, dtype, True, seed=7, K=64, N=32)
+    block = recipe_name == "Float8BlockScaling"  # 128-row blocks, 128x128 weight tiles
+    x_np, w, b, dy = _case(splits, dtype, True, seed=7, K=256 if block else 64, N=128 if block else 32)
     torch_dtype = getattr(torch, dtype)
     layer = tep.GroupedLinear(len(splits), w.shape[2], w.shape[1], params_dtype=torch_dtype)
     with torch.no_grad():
@@ -109,27 +113,179 @@ def test_grouped_linear_quantized_matches_per_expert_linear(recipe_name, splits,
         assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), exp_db[g], f"bias grad expert {g}")
 
 
-def _fp8_step(layer, x, splits):
-    with tep.autocast(recipe=te.recipe.Float8CurrentScaling()):
+def _load(layer, w, b):
+    with torch.no_grad():
+        for g in range(w.shape[0]):
+            getattr(layer, f"weight{g}").copy_(to_torch(w[g]))
+            if b is not None:
+                getattr(layer, f"bias{g}").copy_(to_torch(b[g]))
+
+
+DELAYED_STEPS = ([5, 3, 20, 4], [0, 0, 32, 0], [1, 13, 0, 18])
+
+
+def _delayed_reference_step(lins, xs, dys, splits, recipe):
+    """Each expert's tep.Linear on its rows (an empty expert: on one zero row, so its slots move
+    on with input and grad amax 0 as the grouped layer's do); [(y, dx, dw, db) or None]."""
+    out, off = [], 0
+    for g, size in enumerate(splits):
+        lin = lins[g]
+        lin.zero_grad()
+        rows = xs[off:off + size] if size else np.zeros((1, xs.shape[1]), xs.dtype)
+        drows = dys[off:off + size] if size else np.zeros((1, dys.shape[1]), dys.dtype)
+        off += size
+        xg = to_torch(rows).requires_grad_()
+        with tep.autocast(recipe=recipe):
+            yg = lin(xg)
+        yg.backward(to_torch(drows))
+        out.append((yg, xg.grad, lin.weight.grad, lin.bias.grad) if size else None)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_grouped_linear_delayed_scaling_matches_per_expert_linear_over_steps(dtype):
+    """Three steps of DelayedScaling with changing splits: each expert's output, gradients and
+    amax histories / scales equal a tep.Linear's run on its rows (the state moves, so later
+    steps use non-unit scales)."""
+    recipe = te.recipe.DelayedScaling(amax_history_len=4)
+    torch_dtype = getattr(torch, dtype)
+    G, K, N = 4, 32, 16
+    _, w, b, _ = _case([1] * G, dtype, True, seed=11, K=K, N=N)
+    layer = tep.GroupedLinear(G, K, N, params_dtype=torch_dtype, amax_history_len=4)
+    _load(layer, w, b)
+    lins = []
+    for g in range(G):
+        lin = tep.Linear(K, N, params_dtype=torch_dtype, amax_history_len=4)
+        with torch.no_grad():
+            lin.weight.copy_(to_torch(w[g]))
+            lin.bias.copy_(to_torch(b[g]))
+        lins.append(lin)
+    for step, splits in enumerate(DELAYED_STEPS):
+        xs, _, _, dys = _case(splits, dtype, True, seed=20 + step, K=K, N=N)
+        xs = xs * np.asarray(4.0 ** step, xs.dtype)
+        layer.zero_grad()
+        x = to_torch(xs).requires_grad_()
+        with tep.autocast(recipe=recipe):
+            y = layer(x, torch.tensor(splits))
+        y.backward(to_torch(dys))
+        ref = _delayed_reference_step(lins, xs, dys, splits, recipe)
+        off = 0
+        for g, size in enumerate(splits):
+            if size:
+                yg, dxg, dwg, dbg = ref[g]
+                assert_bytes_equal(from_torch(y[off:off + size]), from_torch(yg), f"step {step} output {g}")
+                assert_bytes_equal(from_torch(x.grad[off:off + size]), from_torch(dxg), f"step {step} dgrad {g}")
+                assert_bytes_equal(from_torch(getattr(layer, f"weight{g}").grad), from_torch(dwg),
+                                   f"step {step} wgrad {g}")
+                assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), from_torch(dbg),
+                                   f"step {step} dbias {g}")
+            else:
+                assert not getattr(layer, f"weight{g}").grad.any()
+            off += size
+            lin = lins[g]
+            for name, cols in (("fwd_amax_history", [g, G + g]), ("fwd_scale", [g, G + g]),
+                               ("bwd_amax_history", [g]), ("bwd_scale", [g])):
+                assert_bytes_equal(from_torch(getattr(layer, name)[..., cols]), from_torch(getattr(lin, name)),
+                                   f"step {step} {name} {g}")
+    assert (layer.fwd_scale != 1).any()
+
+
+@pytest.mark.parametrize("recipe_name", ["Float8CurrentScaling", "DelayedScaling", "MXFP8BlockScaling"])
+def test_grouped_linear_weight_caching_matches_per_expert_linear(recipe_name):
+    """is_first_microbatch=True quantizes the expert weights, False reuses them after the
+    weights changed: each expert equals a tep.Linear with the same flags (outputs, gradients,
+    DelayedScaling state: weight amax 0 on the cached micro-batch)."""
+    recipe = (te.recipe.DelayedScaling(amax_history_len=4) if recipe_name == "DelayedScaling"
+              else getattr(te.recipe, recipe_name)())
+    splits = [32, 64, 32]
+    G, K, N = 3, 32, 32
+    _, w, b, _ = _case([1] * G, "bfloat16", True, seed=13, K=K, N=N)
+    layer = tep.GroupedLinear(G, K, N, params_dtype=torch.bfloat16, amax_history_len=4)
+    _load(layer, w, b)
+    lins = []
+    for g in range(G):
+        lin = tep.Linear(K, N, params_dtype=torch.bfloat16, amax_history_len=4)
+        with torch.no_grad():
+            lin.weight.copy_(to_torch(w[g]))
+            lin.bias.copy_(to_torch(b[g]))
+        lins.append(lin)
+    for mb, first in enumerate((True, False, False)):
+        xs, _, _, dys = _case(splits, "bfloat16", True, seed=30 + mb, K=K, N=N)
+        layer.zero_grad()
+        x = to_torch(xs).requires_grad_()
+        with tep.autocast(recipe=recipe):
+            y = layer(x, torch.tensor(splits), is_first_microbatch=first)
+        y.backward(to_torch(dys))
+        off = 0
+        for g, size in enumerate(splits):
+            lin = lins[g]
+            lin.zero_grad()
+            xg = to_torch(xs[off:off + size]).requires_grad_()
+            with tep.autocast(recipe=recipe):
+                yg = lin(xg, is_first_microbatch=first)
+            yg.backward(to_torch(dys[off:off + size]))
+            assert_bytes_equal(from_torch(y[off:off + size]), from_torch(yg), f"mb {mb} output {g}")
+            assert_bytes_equal(from_torch(x.grad[off:off + size]), from_torch(xg.grad), f"mb {mb} dgrad {g}")
+            assert_bytes_equal(from_torch(getattr(layer, f"weight{g}").grad), from_torch(lin.weight.grad),
+                               f"mb {mb} wgrad {g}")
+            for name, cols in (("fwd_amax_history", [g, G + g]), ("fwd_scale", [g, G + g]),
+                               ("bwd_amax_history", [g]), ("bwd_scale", [g])):
+                assert_bytes_equal(from_torch(getattr(layer, name)[..., cols]), from_torch(getattr(lin, name)),
+                                   f"mb {mb} {name} {g}")
+            off += size
+        with torch.no_grad():  # an optimizer step between micro-batches: the caches keep the old weights
+            for g in range(G):
+                getattr(layer, f"weight{g}").mul_(2)
+                lins[g].weight.mul_(2)
+    with tep.autocast(recipe=recipe):
+        x = to_torch(xs)
+        cached = layer(x, torch.tensor(splits), is_first_microbatch=False)
+        fresh = layer(x, torch.tensor(splits))
+    assert not torch.equal(cached, fresh)
+
+
+def test_grouped_linear_delayed_scaling_state_errors():
+    recipe = te.recipe.DelayedScaling(amax_history_len=4)
+    with tep.autocast(recipe=recipe):
+        with pytest.raises(ValueError,
+                           match="twinengine.linear: DelayedScaling\\(amax_history_len=4\\) does not match"):
+            tep.GroupedLinear(2, 16, 16, amax_history_len=8)(torch.ones(4, 16), torch.tensor([2, 2]))
+        with pytest.raises(ValueError, match="twinengine.grouped_linear: the delayed-scaling state of a GroupedLinear "
+                                             "of 2 GEMMs must have shapes"):
+            state = (torch.zeros(4, 2), torch.ones(2), torch.zeros(4, 1), torch.ones(1))
+            tep.grouped_linear(torch.ones(4, 16), [torch.ones(16, 16)] * 2, torch.tensor([2, 2]), delayed_state=state)
+        with pytest.raises(ValueError, match="twinengine.linear: DelayedScaling needs the layer's delayed-scaling"):
+            tep.grouped_linear(torch.ones(4, 16), [torch.ones(16, 16)] * 2, torch.tensor([2, 2]))
+        with pytest.raises(TypeError, match="twinengine.grouped_linear: DelayedScaling needs per-expert amax"):
+            seq = ops.Sequential(ops.GroupedLinear(2, 16, 16))
+            seq(torch.ones(4, 16), torch.tensor([2, 2]))
+
+
+def _fp8_step(layer, x, splits, recipe):
+    with tep.autocast(recipe=recipe):
         return layer(x, splits)
 
 
-def test_grouped_linear_fp8_compiled_matches_eager_without_recompiles():
+@pytest.mark.parametrize("recipe_name", ["Float8CurrentScaling", "Float8BlockScaling"])
+def test_grouped_linear_fp8_compiled_matches_eager_without_recompiles(recipe_name):
+    recipe = getattr(te.recipe, recipe_name)()
+    f = 16 if recipe_name == "Float8BlockScaling" else 1  # 128-row blocks
     torch.manual_seed(0)
-    layer = tep.GroupedLinear(3, 32, 16)
+    layer = tep.GroupedLinear(3, 128, 128) if f > 1 else tep.GroupedLinear(3, 32, 16)
     compiled = torch.compile(_fp8_step, fullgraph=True)
-    x_np = np.random.default_rng(5).standard_normal((24, 32)).astype(np.float32)
-    for i, splits in enumerate(([8, 8, 8], [0, 24, 0], [3, 0, 21])):
+    x_np = np.random.default_rng(5).standard_normal((24 * f, layer.in_features)).astype(np.float32)
+    for i, splits in enumerate(([8, 8, 8], [0, 24, 0], [8, 0, 16] if f > 1 else [3, 0, 21])):
+        splits = [s * f for s in splits]
         outs = []
         for fn in (_fp8_step, compiled):
             layer.zero_grad()
             x = to_torch(x_np).requires_grad_()
             if fn is compiled and i > 0:
                 with no_recompiles():
-                    y = fn(layer, x, torch.tensor(splits, dtype=torch.int32))
+                    y = fn(layer, x, torch.tensor(splits, dtype=torch.int32), recipe)
                     y.sum().backward()
             else:
-                y = fn(layer, x, torch.tensor(splits, dtype=torch.int32))
+                y = fn(layer, x, torch.tensor(splits, dtype=torch.int32), recipe)
                 y.sum().backward()
             outs.append([from_torch(y), from_torch(x.grad)] + [from_torch(p.grad) for p in layer.parameters()])
         for j, (eager, comp) in enumerate(zip(*outs)):
@@ -246,9 +402,10 @@ def test_grouped_linear_rejects_bad_arguments(call, error, match):
 
 
 def test_grouped_linear_under_an_unsupported_recipe_raises():
-    with tep.autocast(recipe=te.recipe.Float8BlockScaling()):
+    with tep.autocast(recipe=te.recipe.NVFP4BlockScaling()):
         with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
-                                            "Float8CurrentScaling or MXFP8BlockScaling"):
+                                            "DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
+                                            "Float8BlockScaling"):
             tep.GroupedLinear(2, 128, 128)(torch.ones(256, 128), torch.tensor([128, 128]))
 
 
@@ -256,6 +413,12 @@ def test_grouped_linear_mxfp8_needs_aligned_splits():
     with tep.autocast(recipe=te.recipe.MXFP8BlockScaling()):
         with pytest.raises(ValueError, match="multiple of 32 \\(pad the blocks: align_size=32\\), got 16"):
             tep.GroupedLinear(2, 32, 32)(torch.ones(64, 32), torch.tensor([16, 48]))
+
+
+def test_grouped_linear_fp8_block_needs_aligned_splits():
+    with tep.autocast(recipe=te.recipe.Float8BlockScaling()):
+        with pytest.raises(ValueError, match="multiple of 128 \\(pad the blocks: align_size=128\\), got 64"):
+            tep.GroupedLinear(2, 128, 128)(torch.ones(256, 128), torch.tensor([64, 192]))
 
 
 def test_grouped_kernels_pass_opcheck():
@@ -268,5 +431,7 @@ def test_grouped_kernels_pass_opcheck():
                      (torch.ops.twinengine.grouped_gemm_wgrad, (torch.ones(1, 9), dy, splits, True, "float32")),
                      (torch.ops.twinengine.grouped_linear, (x.clone().requires_grad_(), w.clone().requires_grad_(),
                                                             splits, b.clone().requires_grad_())),
-                     (torch.ops.twinengine.grouped_quantize, (x, splits, te.Float8CurrentScalingQuantizer()))):
+                     (torch.ops.twinengine.grouped_quantize, (x, splits, None, te.Float8CurrentScalingQuantizer())),
+                     (torch.ops.twinengine.grouped_quantize, (x, splits, torch.tensor([2.0, 1.0, 0.5]),
+                                                              te.Float8DelayedScalingQuantizer()))):
         torch.library.opcheck(op, args)

@@ -1,7 +1,7 @@
 """The MoE block example (demo/moe_torch.py): single device and expert-parallel over 2 gloo
 processes on 127.0.0.1 (all-to-all through functional collectives) give each rank's tokens the
-same bytes, eager and under torch.compile(fullgraph=True); the single-device block trains
-(gradients reach the input and every expert parameter)."""
+same bytes, eager and under torch.compile(fullgraph=True), forward and backward (outputs,
+input gradients, expert parameter gradients); the single-device block trains."""
 
 from __future__ import annotations
 
@@ -34,22 +34,37 @@ def _example():
     return moe_torch.example(c["seed"], c["experts"], c["hidden"], c["ffn"], WORLD * c["tokens"])
 
 
+def _bytes_equal(a, b) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
 def test_expert_parallel_block_matches_single_device_bytes(tmp_path):
+    """Outputs, input gradients and each rank's experts' parameter gradients (eager and
+    compiled) equal the single-device block's for that rank's tokens / experts."""
     mp.spawn(moe_torch.expert_parallel_worker, args=(WORLD, _free_port(), str(tmp_path), CONFIG), nprocs=WORLD)
-    experts, router, x_all = _example()
-    args = (x_all, router, experts, CONFIG["topk"], CONFIG["align"])
-    eager = moe_torch.moe_block(*args).detach().numpy()
-    compiled = torch.compile(moe_torch.moe_block, fullgraph=True)(*args).detach().numpy()
+    experts, router, x_all, dy_all = _example()
+    rest = (router, CONFIG["topk"], CONFIG["align"])
+    single = {}
+    for name, fn in (("eager", moe_torch.moe_block), ("compiled", torch.compile(moe_torch.moe_block, fullgraph=True))):
+        single[name] = moe_torch.run_with_grads(fn, x_all, dy_all, experts, *rest)
     t = CONFIG["tokens"]
+    per_expert = single["eager"][2].size // CONFIG["experts"]
+    local = CONFIG["experts"] // WORLD
     for rank in range(WORLD):
         got = np.load(tmp_path / f"rank{rank}.npz")
         rows = slice(rank * t, (rank + 1) * t)
-        assert np.array_equal(got["eager"].view(np.uint32), eager[rows].view(np.uint32)), f"rank {rank} eager"
-        assert np.array_equal(got["compiled"].view(np.uint32), compiled[rows].view(np.uint32)), f"rank {rank} compiled"
+        for name in ("eager", "compiled"):
+            y, dx, grads = single[name]
+            assert _bytes_equal(got[name], y[rows]), f"rank {rank} {name} output"
+            assert _bytes_equal(got[f"{name}_dx"], dx[rows]), f"rank {rank} {name} input gradient"
+            mine = grads[rank * local * per_expert:(rank + 1) * local * per_expert]
+            assert _bytes_equal(got[f"{name}_grads"], mine), f"rank {rank} {name} expert gradients"
+    # (Compiled and eager are compared each with its own kind: inductor fuses the router's plain
+    # torch softmax, so their router-path gradients may round differently.)
 
 
 def test_single_device_block_gradients():
-    experts, router, x_all = _example()
+    experts, router, x_all, _ = _example()
     x = x_all.clone().requires_grad_()
     moe_torch.moe_block(x, router, experts, CONFIG["topk"], CONFIG["align"]).square().sum().backward()
     assert x.grad is not None and x.grad.abs().sum() > 0

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ...fusion.ops import OpDesc, check_features
-from ...ops.gemm import check_grouped_weights, grouped_quantizers
+from ...ops.gemm import block_2d, check_grouped_weights, grouped_quantizers
 from .._ops.grouped_linear import fp8_backward, grouped_backward, grouped_fprop, prepare_m_splits
 from .op import BasicOperation, OpContext
 
@@ -54,7 +54,7 @@ class GroupedLinear(BasicOperation):
         return OpDesc("user", "GroupedLinear")
 
     def op_call(self, recipe):
-        return {"quantizers": grouped_quantizers(recipe)}, {}
+        return {"quantizers": grouped_quantizers(recipe, delayed_ok=False)}, {}
 
     def op_forward_compute(self, x, params, *, quantizers=None, extra_inputs=()):
         (m_splits,) = extra_inputs
@@ -68,8 +68,9 @@ class GroupedLinear(BasicOperation):
             y = grouped_fprop(x2, weight, splits, bias)
             saved.update(x=x2, weight=weight, m_splits=splits)
         else:
-            y, *copies = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, quantizers.input,
-                                                                 quantizers.weight, quantizers.grad_output)
+            y, *copies, _ = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, quantizers.input,
+                                                                    quantizers.weight, quantizers.grad_output, None,
+                                                                    None, None, 0, "max")
             saved.update(copies=(*copies, splits), shape=tuple(weight.shape),
                          dtypes=(x.dtype, weight.dtype, saved["bias_dtype"]))
         return y.reshape(*x.shape[:-1], self.out_features), saved
@@ -80,6 +81,8 @@ class GroupedLinear(BasicOperation):
         if s["qs"] is None:
             dx, dw, db = grouped_backward(dy2, s["x"], s["weight"], s["m_splits"], s["bias_dtype"])
         else:
-            dx, dw, db = fp8_backward(dy2, s["copies"], s["qs"].grad_output, s["shape"], s["dtypes"])
+            qs = s["qs"]
+            dx, dw, db = fp8_backward(dy2, s["copies"], qs.grad_output, s["shape"], s["dtypes"],
+                                      two_d=(block_2d(qs.input), block_2d(qs.weight)))
         dparams = tuple(dw.unbind(0)) + (tuple(db.unbind(0)) if db is not None else ())
         return (dx.reshape(*s["lead"], self.in_features), (None,)), dparams

@@ -190,6 +190,11 @@ typedef struct {
                           per-group K-major blocks (N, m_g) one after another, passed as (N, M) */
   int32_t b_k_major; /*!< grouped_gemm: 1 for B (G, N, K), 0 for B (G, K, N); wgrad: 0 for B stored (M, K),
                           1 for per-group K-major blocks (K, m_g) one after another, passed as (K, M) */
+  int32_t a_block_2d; /*!< kTweGemmFP8Block: A's scales are 128x128 tiles (else 1x128 blocks) */
+  int32_t b_block_2d; /*!< kTweGemmFP8Block: B's scales are 128x128 tiles (else 1x128 blocks). FP8 block
+                           scales are flat fp32 arrays holding each group's scale tensor (the shape
+                           twe_quantize_fp8_block gives its data block) one after another, as
+                           twe_grouped_quantize_fp8_block lays them out */
 } TweGroupedGemmParams;
 
 /*! \brief Grouped GEMM with ragged rows (the fprop and dgrad of G experts in one call):

@@ -215,6 +215,35 @@ typedef struct {
 TweStatus twe_grouped_quantize_fp8_current(const TweTensorView* input, const TweTensorView* m_splits,
                                            TweQuantizedTensor* output, const TweQuantizeParams* params, void* stream);
 
+/*! \brief Delayed-scaling FP8 (§3) of G consecutive row blocks, each with its own scale: block g
+ *  (m_splits[g] rows) gets exactly the bytes twe_quantize_fp8_delayed gives that block alone with
+ *  scale[g] (an empty block: amax 0, scale_inv 1/scale[g]). Outputs as
+ *  twe_grouped_quantize_fp8_current. CPU only (the block sizes are read on the host).
+ *  \param[in]     input     fp32/bf16/fp16 (R, K).
+ *  \param[in]     m_splits  int32 (G,).
+ *  \param[in]     scale     fp32 (G,): block g is cast as x·scale[g].
+ *  \param[in,out] output    as twe_grouped_quantize_fp8_current (amax: each block's unscaled amax).
+ *  \param[in]     params    format.
+ *  \param[in]     stream    ignored (CPU).
+ */
+TweStatus twe_grouped_quantize_fp8_delayed(const TweTensorView* input, const TweTensorView* m_splits,
+                                           const TweTensorView* scale, TweQuantizedTensor* output,
+                                           const TweQuantizeParams* params, void* stream);
+
+/*! \brief FP8 block scaling (§6) of G consecutive row blocks, each on its own: block g (m_splits[g]
+ *  rows, a multiple of 128) gets exactly the bytes twe_quantize_fp8_block gives that block alone.
+ *  rowwise_data (R, K); columnwise_data (R·K,) holding each block's (K, m_g) copy one after
+ *  another; the scales are flat fp32 arrays holding each block's scale tensor (of
+ *  twe_quantize_fp8_block's shape) one after another. CPU only.
+ *  \param[in]     input     fp32/bf16/fp16 (R, K), K a multiple of 128.
+ *  \param[in]     m_splits  int32 (G,), each a multiple of 128, Σ ≤ R.
+ *  \param[in,out] output    as above; scale arrays 1-D, large enough for Σ of the blocks' scales.
+ *  \param[in]     params    format, amax_epsilon, force_pow2_scales, two_d.
+ *  \param[in]     stream    ignored (CPU).
+ */
+TweStatus twe_grouped_quantize_fp8_block(const TweTensorView* input, const TweTensorView* m_splits,
+                                         TweQuantizedTensor* output, const TweQuantizeParams* params, void* stream);
+
 /*! \brief MXFP8 (§5) of G consecutive row blocks, each on its own: block g (m_splits[g] rows, a
  *  multiple of 32) gets exactly the bytes twe_quantize_mxfp8 gives that block alone. Data is
  *  (R, K) for both copies; each block's scales sit in their own region: rowwise at scale row

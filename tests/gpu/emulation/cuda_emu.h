@@ -117,4 +117,34 @@ auto launch(K kernel, unsigned grid, unsigned block, size_t, cudaStream_t) {
     for (auto& th : threads) th.join();
   };
 }
+/*! 2-D / 3-D launches (dim3 grid and block): blocks in x-fastest order, threads of a block
+ *  numbered x-fastest, warps of 32 consecutive numbers, as on a device. */
+template <typename K>
+auto launch(K kernel, dim3 grid, dim3 block, size_t, cudaStream_t) {
+  return [=](auto... args) {
+    const unsigned threads_per_block = block.x * block.y * block.z;
+    const unsigned blocks = grid.x * grid.y * grid.z;
+    if (blocks == 0 || threads_per_block == 0 || threads_per_block > 1024) { error = true; return; }
+    grid_dim = grid;
+    block_dim = block;
+    shfl.assign(threads_per_block, 0);
+    std::barrier<> bar(threads_per_block), end(threads_per_block);
+    block_barrier = &bar;
+    warp_barriers.clear();
+    for (unsigned w = 0; w * 32 < threads_per_block; ++w)
+      warp_barriers.push_back(std::make_unique<std::barrier<>>(threads_per_block < 32 ? threads_per_block : 32));
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < threads_per_block; ++t) {
+      threads.emplace_back([&, t] {
+        tid = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+        for (unsigned b = 0; b < blocks; ++b) {
+          bid = {b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
+          kernel(args...);
+          end.arrive_and_wait();
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  };
+}
 }  // namespace emu

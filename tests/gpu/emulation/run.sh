@@ -43,12 +43,16 @@ case "$family" in
       compile "$work/$check" "$work/gemm_swizzle_emu.cc" "$work/gemm_staging_emu.cc" "$root/csrc/cpu/gemm_swizzle.cc" \
         "$here/$check.cc"
       "$work/$check"
-    done ;;
+    done
+    emulate "$root/csrc/cuda/gemm_grouped.cu" "$work/gemm_grouped_emu.cc"  # GroupedLinear's kernels
+    compile "$work/check_grouped_gemm" "$work/gemm_grouped_emu.cc" "$here/check_grouped_gemm.cc"
+    "$work/check_grouped_gemm" ;;
   attention)  # forward / backward of every layout and mask vs the CPU kernels through the C ABI
     emulate "$root/csrc/cuda/attention.cu" "$work/attention_emu.cc"
     compile "$work/check_attention" "$work/attention_emu.cc" "$root/csrc/cpu/attention.cc" \
       "$root/csrc/abi/attention.cc" "$here/check_attention.cc"
     "$work/check_attention" ;;
-  *) echo "unknown family $family (quantize, norm, gemm or attention; run_elementwise.sh for the elementwise families)" >&2
+  *) echo "unknown family $family (quantize, norm, gemm or attention; run_elementwise.sh for the elementwise" \
+          "families)" >&2
      exit 2 ;;
 esac
