@@ -165,8 +165,9 @@ def convert_te_recipe(te_recipe: Any) -> tw.Recipe:
 
     Every dataclass field of the TE recipe is either mapped (margin, formats, history length
     and algorithm, power-of-2 scales and epsilon from the per-role QParams, block dims, the
-    NVFP4 switches), checked to be a value twinengine matches (FP8 attention only with the per-tensor recipes, no backward
-    override, no custom scaling function, NVFP4 4over6 off, ...), or documented as without
+    NVFP4 switches, ``fp8_dpa`` / ``fp8_mha`` of the per-tensor recipes), checked to be a value
+    twinengine matches (no FP8 attention with the block recipes, no backward override, no custom
+    scaling function, NVFP4 4over6 off, ...), or documented as without
     effect here (``reduce_amax``: reductions follow the layer's process group;
     ``fp8_gemm_*.use_split_accumulator``: twinengine always accumulates in fp32).
 
