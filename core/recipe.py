@@ -50,6 +50,20 @@ def _check_format(owner: str, fmt: Format, allowed: tuple[Format, ...]) -> None:
                          "pure E5M2 is rejected for every FP8 recipe")
 
 
+def _check_attention_flags(owner: str, recipe: object) -> None:
+    for name in ("fp8_dpa", "fp8_mha"):
+        if not isinstance(getattr(recipe, name), bool):
+            raise TypeError(f"{owner}.{name} must be a bool, got {getattr(recipe, name)!r}")
+
+
+def uses_fp8_attention(recipe: object) -> bool:
+    """Whether attention under `recipe` is FP8 attention (docs/attention.md §9): a
+    DelayedScaling or Float8CurrentScaling with ``fp8_dpa`` or ``fp8_mha`` set (TE's fields;
+    ``fp8_mha`` implies FP8 attention). False for None, every other recipe and CustomRecipe.
+    Modules pass the result as ``fp8=`` to ``attention_fwd`` / ``attention_bwd``."""
+    return isinstance(recipe, (DelayedScaling, Float8CurrentScaling)) and bool(recipe.fp8_dpa or recipe.fp8_mha)
+
+
 def _keep_float_text(recipe: object, name: str) -> None:
     """Stores a number field's exact text next to it (not a dataclass field: eq/hash unchanged)."""
     value = getattr(recipe, name)
@@ -84,9 +98,12 @@ class DelayedScaling(Recipe):
     fp8_format: Format = Format.HYBRID
     amax_history_len: int = 1024
     amax_compute_algo: str = "max"
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
 
     def __post_init__(self) -> None:
         _check_format("DelayedScaling", self.fp8_format, (Format.E4M3, Format.HYBRID))
+        _check_attention_flags("DelayedScaling", self)
         if type(self.margin) is not int or not 0 <= self.margin <= 64:
             raise ValueError(f"DelayedScaling.margin must be an int in [0, 64], got {self.margin!r}")
         if type(self.amax_history_len) is not int or self.amax_history_len < 1:
@@ -109,9 +126,12 @@ class Float8CurrentScaling(Recipe):
     fp8_format: Format = Format.HYBRID
     use_power_2_scales: bool = False
     amax_epsilon: float = 0.0
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
 
     def __post_init__(self) -> None:
         _check_format("Float8CurrentScaling", self.fp8_format, (Format.E4M3, Format.HYBRID))
+        _check_attention_flags("Float8CurrentScaling", self)
         if not float(self.amax_epsilon) >= 0.0:
             raise ValueError(f"Float8CurrentScaling.amax_epsilon must be >= 0, got {self.amax_epsilon!r}")
         _keep_float_text(self, "amax_epsilon")

@@ -60,7 +60,8 @@ def _require_name(label: str) -> Callable[[str, str, Any], None]:
     return check
 
 
-_NO_FP8_ATTENTION = _require(False, "twinengine has no FP8 attention")
+_NO_FP8_ATTENTION = _require(False, "twinengine's FP8 attention (fp8_dpa / fp8_mha) is only with DelayedScaling and "
+                                    "Float8CurrentScaling")
 _NO_BACKWARD_OVERRIDE = _require(None, "twinengine's backward always uses the forward's quantized operands")
 
 _COMMON_RULES = {"fp8_dpa": _NO_FP8_ATTENTION, "fp8_mha": _NO_FP8_ATTENTION, "backward_override": _NO_BACKWARD_OVERRIDE,
@@ -90,7 +91,8 @@ def _convert_delayed(r: Any) -> tw.Recipe:
     if callable(r.amax_compute_algo):
         _unsupported("DelayedScaling", "amax_compute_algo", r.amax_compute_algo, "only 'max' and 'most_recent'")
     return tw.DelayedScaling(margin=int(r.margin), fp8_format=_format(r.fp8_format, "DelayedScaling", "fp8_format"),
-                             amax_history_len=int(r.amax_history_len), amax_compute_algo=str(r.amax_compute_algo))
+                             amax_history_len=int(r.amax_history_len), amax_compute_algo=str(r.amax_compute_algo),
+                             fp8_dpa=bool(r.fp8_dpa), fp8_mha=bool(r.fp8_mha))
 
 
 def _convert_current(r: Any) -> tw.Recipe:
@@ -100,7 +102,8 @@ def _convert_current(r: Any) -> tw.Recipe:
                      f"it contradicts fp8_quant_*.power_2_scale={pow2}, which TE's quantizers read (TE sets those "
                      "from NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES when the class is defined)")
     return tw.Float8CurrentScaling(fp8_format=_format(r.fp8_format, "Float8CurrentScaling", "fp8_format"),
-                                   use_power_2_scales=pow2, amax_epsilon=eps)
+                                   use_power_2_scales=pow2, amax_epsilon=eps, fp8_dpa=bool(r.fp8_dpa),
+                                   fp8_mha=bool(r.fp8_mha))
 
 
 def _convert_mxfp8(r: Any) -> tw.Recipe:
@@ -133,11 +136,13 @@ def _fields(*names: str) -> dict[str, Callable[[str, str, Any], None]]:
 
 # TE class name -> (rule per dataclass field, converter). A field missing here (a newer TE) is an error.
 _CONVERTERS: dict[str, tuple[dict[str, Callable[[str, str, Any], None]], Callable[[Any], tw.Recipe]]] = {
-    "DelayedScaling": ({**_COMMON_RULES, **_fields("margin", "fp8_format", "amax_history_len", "amax_compute_algo"),
+    "DelayedScaling": ({**_COMMON_RULES, **_fields("margin", "fp8_format", "amax_history_len", "amax_compute_algo",
+                                                   "fp8_dpa", "fp8_mha"),
                         "scaling_factor_compute_algo": _require(None, "twinengine computes s = fmt_max·2^-margin / amax"),
                         # amax reductions follow the layer's process group in twinengine (NUMERICS.md §12)
                         "reduce_amax": _accept}, _convert_delayed),
-    "Float8CurrentScaling": ({**_COMMON_RULES, **_fields("use_power_2_scales", "fp8_format")}, _convert_current),
+    "Float8CurrentScaling": ({**_COMMON_RULES, **_fields("use_power_2_scales", "fp8_format", "fp8_dpa", "fp8_mha")},
+                             _convert_current),
     "MXFP8BlockScaling": ({**_COMMON_RULES, **_fields("fp8_format", "enable_2d_quantization"),
                            "margin": _require(0, "MXFP8 scales come from each block's amax; a margin has no meaning")},
                           _convert_mxfp8),
@@ -160,8 +165,9 @@ def convert_te_recipe(te_recipe: Any) -> tw.Recipe:
 
     Every dataclass field of the TE recipe is either mapped (margin, formats, history length
     and algorithm, power-of-2 scales and epsilon from the per-role QParams, block dims, the
-    NVFP4 switches), checked to be a value twinengine matches (no FP8 attention, no backward
-    override, no custom scaling function, NVFP4 4over6 off, ...), or documented as without
+    NVFP4 switches, ``fp8_dpa`` / ``fp8_mha`` of the per-tensor recipes), checked to be a value
+    twinengine matches (no FP8 attention with the block recipes, no backward override, no custom
+    scaling function, NVFP4 4over6 off, ...), or documented as without
     effect here (``reduce_amax``: reductions follow the layer's process group;
     ``fp8_gemm_*.use_split_accumulator``: twinengine always accumulates in fp32).
 

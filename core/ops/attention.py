@@ -182,8 +182,14 @@ def _check_dropout(op: str, dropout_p: Any, rng: ArrayMeta | None) -> None:
             fail(op, ValueError, f"rng must have shape (2,) ([seed, offset]), got {tuple(rng.shape)}")
 
 
+def _check_fp8(op: str, fp8: Any) -> None:
+    if not isinstance(fp8, bool):
+        fail(op, TypeError, f"fp8 must be a bool, got {fp8!r}")
+
+
 def _validate_common(op: str, q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p,
-                     rng, qkv_format, cu_seqlens_q, cu_seqlens_kv) -> None:
+                     rng, qkv_format, cu_seqlens_q, cu_seqlens_kv, fp8=False) -> None:
+    _check_fp8(op, fp8)
     _check_format(op, qkv_format)
     _check_qkv(op, q, k, v, qkv_format)
     _check_mask_type(op, mask_type)
@@ -208,15 +214,15 @@ def _optional_inputs(seqlens_q, seqlens_kv, dropout_p, cu_seqlens_q=None, cu_seq
     return names
 
 
-def _attrs(op: str, q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p, qkv_format
-           ) -> tuple[tuple[str, int | float], ...]:
+def _attrs(op: str, q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p, qkv_format,
+           fp8=False) -> tuple[tuple[str, int | float], ...]:
     left, right = resolve_window(op, mask_type, window_size)
     return (("layout", LAYOUTS[qkv_format]), ("mask_type", MASK_TYPES[mask_type]), ("window_left", left),
             ("window_right", right),
             ("softmax_scale", resolve_scale(op, softmax_scale, q.shape[-1])), ("dropout_p", float(dropout_p)),
             ("has_seqlens_q", int(seqlens_q is not None or qkv_format == "thd")),
             ("has_seqlens_kv", int(seqlens_kv is not None or qkv_format == "thd")),
-            ("has_rng", int(dropout_p > 0.0)))
+            ("has_rng", int(dropout_p > 0.0)), ("fp8", int(bool(fp8))))
 
 
 # ---- forward ----------------------------------------------------------------------------
@@ -224,15 +230,17 @@ def _attrs(op: str, q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_sc
 def _validate_fwd(q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, mask_type: str, window_size=None,
                   seqlens_q: ArrayMeta | None = None, seqlens_kv: ArrayMeta | None = None, softmax_scale=None,
                   dropout_p: float = 0.0, rng: ArrayMeta | None = None, qkv_format: str = "bshd",
-                  cu_seqlens_q: ArrayMeta | None = None, cu_seqlens_kv: ArrayMeta | None = None) -> None:
+                  cu_seqlens_q: ArrayMeta | None = None, cu_seqlens_kv: ArrayMeta | None = None,
+                  fp8: bool = False) -> None:
     _validate_common("attention_fwd", q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale,
-                     dropout_p, rng, qkv_format, cu_seqlens_q, cu_seqlens_kv)
+                     dropout_p, rng, qkv_format, cu_seqlens_q, cu_seqlens_kv, fp8)
 
 
 def _infer_fwd(q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, mask_type: str, window_size=None,
                seqlens_q: ArrayMeta | None = None, seqlens_kv: ArrayMeta | None = None, softmax_scale=None,
                dropout_p: float = 0.0, rng: ArrayMeta | None = None, qkv_format: str = "bshd",
-               cu_seqlens_q: ArrayMeta | None = None, cu_seqlens_kv: ArrayMeta | None = None) -> KernelCall:
+               cu_seqlens_q: ArrayMeta | None = None, cu_seqlens_kv: ArrayMeta | None = None,
+               fp8: bool = False) -> KernelCall:
     b, sq = batch_seq(q.shape, qkv_format)
     h = q.shape[-2]
     out_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
@@ -242,20 +250,20 @@ def _infer_fwd(q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, mask_type: str, window_
         inputs=("q", "k", "v") + _optional_inputs(seqlens_q, seqlens_kv, dropout_p, cu_seqlens_q, cu_seqlens_kv),
         outputs=(TensorSpec("out", out_shape, q.dtype), TensorSpec("lse", lse_shape, "float32")),
         attrs=_attrs("attention_fwd", q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p,
-                     qkv_format),
+                     qkv_format, fp8),
     )
 
 
 ATTENTION_FWD = OpDef(
     name="attention_fwd",
     args=("q", "k", "v", "seqlens_q", "seqlens_kv", "rng", "cu_seqlens_q", "cu_seqlens_kv"),
-    attrs=("mask_type", "window_size", "softmax_scale", "dropout_p", "qkv_format"),
+    attrs=("mask_type", "window_size", "softmax_scale", "dropout_p", "qkv_format", "fp8"),
     validate=_validate_fwd,
     infer=_infer_fwd,
 )
 """attention_fwd(q, k, v, mask_type, window_size=None, seqlens_q=None, seqlens_kv=None,
 softmax_scale=None, dropout_p=0.0, rng=None, qkv_format="bshd", cu_seqlens_q=None,
-cu_seqlens_kv=None) -> out, lse.
+cu_seqlens_kv=None, fp8=False) -> out, lse.
 
 Shapes: q (B, S_q, H, D); k (B, S_kv, H_kv, D); v (B, S_kv, H_kv, D_v), H % H_kv == 0 (sbhd:
     the first two dimensions swapped, also for out); seqlens_q / seqlens_kv int32 (B,) (padding
@@ -263,7 +271,8 @@ Shapes: q (B, S_q, H, D); k (B, S_kv, H_kv, D); v (B, S_kv, H_kv, D_v), H % H_kv
     v (T_kv, H_kv, D_v), cu_seqlens_q / cu_seqlens_kv int32 (n + 1,) (required, padding types
     only), out (T_q, H, D_v), lse (H, T_q).
 Dtypes: q, k, v one of float32 / bfloat16 / float16; out q's dtype; lse float32.
-Numerics: docs/attention.md.
+Numerics: docs/attention.md; fp8=True is FP8 attention (§9: E4M3 Q, K, V, P with per-tensor
+    current scales computed in the kernel; inputs and outputs stay high precision).
 """
 
 
@@ -273,10 +282,10 @@ def _validate_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out
                   mask_type: str, window_size=None, seqlens_q: ArrayMeta | None = None,
                   seqlens_kv: ArrayMeta | None = None, softmax_scale=None, dropout_p: float = 0.0,
                   rng: ArrayMeta | None = None, qkv_format: str = "bshd", cu_seqlens_q: ArrayMeta | None = None,
-                  cu_seqlens_kv: ArrayMeta | None = None) -> None:
+                  cu_seqlens_kv: ArrayMeta | None = None, fp8: bool = False) -> None:
     op = "attention_bwd"
     _validate_common(op, q, k, v, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p, rng,
-                     qkv_format, cu_seqlens_q, cu_seqlens_kv)
+                     qkv_format, cu_seqlens_q, cu_seqlens_kv, fp8)
     b, sq = batch_seq(q.shape, qkv_format)
     h = q.shape[-2]
     out_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
@@ -300,7 +309,7 @@ def _infer_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out: A
                mask_type: str, window_size=None, seqlens_q: ArrayMeta | None = None,
                seqlens_kv: ArrayMeta | None = None, softmax_scale=None, dropout_p: float = 0.0,
                rng: ArrayMeta | None = None, qkv_format: str = "bshd", cu_seqlens_q: ArrayMeta | None = None,
-               cu_seqlens_kv: ArrayMeta | None = None) -> KernelCall:
+               cu_seqlens_kv: ArrayMeta | None = None, fp8: bool = False) -> KernelCall:
     return KernelCall(
         op="attention_bwd",
         inputs=("dout", "q", "k", "v", "out", "lse") + _optional_inputs(seqlens_q, seqlens_kv, dropout_p,
@@ -308,23 +317,24 @@ def _infer_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out: A
         outputs=(TensorSpec("dq", tuple(q.shape), q.dtype), TensorSpec("dk", tuple(k.shape), k.dtype),
                  TensorSpec("dv", tuple(v.shape), v.dtype)),
         attrs=_attrs("attention_bwd", q, mask_type, window_size, seqlens_q, seqlens_kv, softmax_scale, dropout_p,
-                     qkv_format),
+                     qkv_format, fp8),
     )
 
 
 ATTENTION_BWD = OpDef(
     name="attention_bwd",
     args=("dout", "q", "k", "v", "out", "lse", "seqlens_q", "seqlens_kv", "rng", "cu_seqlens_q", "cu_seqlens_kv"),
-    attrs=("mask_type", "window_size", "softmax_scale", "dropout_p", "qkv_format"),
+    attrs=("mask_type", "window_size", "softmax_scale", "dropout_p", "qkv_format", "fp8"),
     validate=_validate_bwd,
     infer=_infer_bwd,
 )
 """attention_bwd(dout, q, k, v, out, lse, mask_type, window_size=None, seqlens_q=None,
 seqlens_kv=None, softmax_scale=None, dropout_p=0.0, rng=None, qkv_format="bshd", cu_seqlens_q=None,
-cu_seqlens_kv=None) -> dq, dk, dv.
+cu_seqlens_kv=None, fp8=False) -> dq, dk, dv.
 
 Shapes: dout, out the forward output's; lse (B, H, S_q) float32; dq, dk, dv q's, k's, v's shapes
-    and dtypes. The mask, window, scale, dropout and rng must be the forward's.
+    and dtypes. The mask, window, scale, dropout, rng and fp8 must be the forward's (fp8: §9, dO and
+    dS E5M2).
 """
 
 __all__ = ["ATTENTION_FWD", "ATTENTION_BWD", "LAYOUTS", "MASK_TYPES", "batch_seq", "PADDING_MASKS", "CAUSAL_MASKS",

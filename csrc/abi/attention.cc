@@ -1,6 +1,6 @@
 // C ABI of the attention family: argument checks (shapes, dtypes, mask/window consistency,
-// sequence-length values), then dispatch to the CPU kernels. There is no CUDA kernel yet: CUDA
-// views get kTweUnsupported with a clear message.
+// sequence-length values on CPU), then dispatch to the CPU or CUDA kernels (csrc/cuda/attention.cu:
+// high precision only; FP8 attention on CUDA views gets kTweUnsupported).
 #include <sstream>
 #include <string>
 
@@ -85,6 +85,7 @@ TweStatus check_common(AttentionArgs& a) {
   if (is_causal(p.mask_type) && p.window_right != 0) {
     return fail(kTweInvalidArgument, "a causal mask needs window_right == 0");
   }
+  if (p.fp8 != 0 && p.fp8 != 1) return fail(kTweInvalidArgument, "fp8 must be 0 or 1");
   if (!(p.dropout_p >= 0.0f && p.dropout_p < 1.0f)) return fail(kTweInvalidArgument, "dropout_p must be in [0, 1)");
   if (thd) {
     if (!is_padding(p.mask_type)) return fail(kTweInvalidArgument, "layout thd needs a padding mask type");
@@ -144,10 +145,6 @@ TweStatus check_common(AttentionArgs& a) {
   return kTweSuccess;
 }
 
-TweStatus unsupported_cuda(const AttentionArgs&) {
-  return fail(kTweUnsupported, "attention has no CUDA kernel yet (CPU tensors only)");
-}
-
 }  // namespace
 }  // namespace twe
 
@@ -174,7 +171,7 @@ TweStatus twe_attention_fwd(const TweTensorView* q, const TweTensorView* k, cons
   if ((st = check_shape(out, "out", q->dtype, thd ? o_thd : o_shape, q->ndim, q->device)) ||
       (st = check_shape(lse, "lse", kTweFloat32, l_shape + (thd ? 1 : 0), thd ? 2 : 3, q->device)))
     return st;
-  st = run_on_device(q->device, a, cpu::attention_fwd, unsupported_cuda);
+  st = run_on_device(q->device, a, TWE_DEVICE_FNS(attention_fwd));
   return st ? st : succeed();
 }
 
@@ -205,7 +202,7 @@ TweStatus twe_attention_bwd(const TweTensorView* dout, const TweTensorView* q, c
       (st = check_shape(dk, "dk", q->dtype, k->shape, q->ndim, q->device)) ||
       (st = check_shape(dv, "dv", q->dtype, v->shape, q->ndim, q->device)))
     return st;
-  st = run_on_device(q->device, a, cpu::attention_bwd, unsupported_cuda);
+  st = run_on_device(q->device, a, TWE_DEVICE_FNS(attention_bwd));
   return st ? st : succeed();
 }
 

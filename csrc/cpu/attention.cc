@@ -130,6 +130,29 @@ struct Dropout {
   }
 };
 
+/*! Q8(x, s, F): fl(x · s), saturating RNE to F, widened back exactly (docs/attention.md §9). */
+template <numerics::FP8Format F>
+float quantize_value(float x, float scale) {
+  return numerics::fp8_to_float<F>(numerics::float_to_fp8<F>(x * scale));
+}
+
+/*! FP8 attention (docs/attention.md §9): x replaced in place by Q8(x, s, F) with the per-tensor
+ *  current scale s = S(amax x, max F) (ε = 0, no pow2); returns inv(s) = fl(1/s). */
+template <numerics::FP8Format F>
+float quantize_current(std::vector<float>& x) {
+  uint32_t key = 0;
+  for (float v : x) key = std::max(key, numerics::amax_key(v));
+  const float scale = numerics::scale_from_amax(numerics::bits_to_float(key), numerics::FP8Traits<F>::kMax, 0.0f,
+                                                false, std::numeric_limits<float>::max());
+  for (float& v : x) v = quantize_value<F>(v, scale);
+  return 1.0f / scale;
+}
+
+constexpr float kProbScale = 448.0f;  // §9: the fixed E4M3 scale of P
+
+/*! Q8(p, 448, E4M3) of a probability p in [0, 1]. */
+float quantize_prob(float p) { return quantize_value<numerics::FP8Format::kE4M3>(p, kProbScale); }
+
 }  // namespace
 
 TweStatus attention_fwd(const AttentionArgs& a) {
@@ -139,12 +162,21 @@ TweStatus attention_fwd(const AttentionArgs& a) {
   const bool sbhd = a.params.layout == kTweAttnLayoutSBHD;
   const int64_t rows = B * H * Sq;
   if (rows == 0) return kTweSuccess;
-  const std::vector<float> qf = widen(a.q, sbhd, B, Sq, H, D, false);
-  const std::vector<float> kf = widen(a.k, sbhd, B, Skv, Hkv, D, true);
-  const std::vector<float> vf = widen(a.v, sbhd, B, Skv, Hkv, Dv, true);
+  std::vector<float> qf = widen(a.q, sbhd, B, Sq, H, D, false);
+  std::vector<float> kf = widen(a.k, sbhd, B, Skv, Hkv, D, true);
+  std::vector<float> vf = widen(a.v, sbhd, B, Skv, Hkv, Dv, true);
   const Masking mask = masking(a);
   const Dropout drop(a);
-  const float s = a.params.softmax_scale;
+  const bool fp8 = a.params.fp8 != 0;
+  float s = a.params.softmax_scale, c_pv = 1.0f;
+  if (fp8) {  // §9: q8, k8, v8 in place; the score factor c_qk replaces s
+    const float inv_q = quantize_current<numerics::FP8Format::kE4M3>(qf);
+    const float inv_k = quantize_current<numerics::FP8Format::kE4M3>(kf);
+    const float inv_v = quantize_current<numerics::FP8Format::kE4M3>(vf);
+    const float inv_qk = inv_q * inv_k;
+    s = inv_qk * s;
+    c_pv = (1.0f / kProbScale) * inv_v;
+  }
   float* lse = static_cast<float*>(a.lse->data);
   // Tiles of up to kRowTile consecutive query rows of one (b, h) walk the key blocks together,
   // so a block of K and V is reused from cache by every row of the tile. Each row keeps its own
@@ -195,7 +227,7 @@ TweStatus attention_fwd(const AttentionArgs& a) {
           for (int64_t j = j0; j <= j1; ++j) {
             const float p = scores[j - j0];
             l_row = l_row + p;
-            const float pd = drop.apply(p, n_row + static_cast<uint64_t>(j));
+            const float pd = drop.apply(fp8 ? quantize_prob(p) : p, n_row + static_cast<uint64_t>(j));
             const float* v_row = v_head + j * Dv;
             for (int64_t d = 0; d < Dv; ++d) acc_row[d] = acc_row[d] + pd * v_row[d];
           }
@@ -211,6 +243,8 @@ TweStatus attention_fwd(const AttentionArgs& a) {
           *lse_out = -std::numeric_limits<float>::infinity();
         } else {
           for (int64_t d = 0; d < Dv; ++d) acc_row[d] = acc_row[d] / l[r];
+          if (fp8)
+            for (int64_t d = 0; d < Dv; ++d) acc_row[d] = acc_row[d] * c_pv;
           *lse_out = numerics::attention_lse(m[r], l[r]);
         }
         narrow(acc_row, Dv, a.out, offset_of(sbhd, b, i, B, Sq, h, H, Dv));
@@ -225,15 +259,32 @@ TweStatus attention_bwd(const AttentionArgs& a) {
   const int64_t B = a.batch, Sq = a.seq_q, Skv = a.seq_kv, H = a.heads, Hkv = a.kv_heads, D = a.head_dim,
                 Dv = a.v_dim, G = H / Hkv;
   const bool sbhd = a.params.layout == kTweAttnLayoutSBHD;
-  const std::vector<float> qf = widen(a.q, sbhd, B, Sq, H, D, false);
-  const std::vector<float> kf = widen(a.k, sbhd, B, Skv, Hkv, D, true);
-  const std::vector<float> vf = widen(a.v, sbhd, B, Skv, Hkv, Dv, true);
+  std::vector<float> qf = widen(a.q, sbhd, B, Sq, H, D, false);
+  std::vector<float> kf = widen(a.k, sbhd, B, Skv, Hkv, D, true);
+  std::vector<float> vf = widen(a.v, sbhd, B, Skv, Hkv, Dv, true);
   const std::vector<float> dof = widen(a.dout, sbhd, B, Sq, H, Dv, false);
   const std::vector<float> of = widen(a.out_in, sbhd, B, Sq, H, Dv, false);
   const float* lse = static_cast<const float*>(a.lse->data);
   const Masking mask = masking(a);
   const Dropout drop(a);
   const float s = a.params.softmax_scale;
+  // FP8 (docs/attention.md §9): q8, k8, v8 in place, do8 beside the high-precision dout (Δ
+  // keeps dout and out); s_x / c_dov scale the scores / dp', c_dq / c_dk / c_dv the gradients.
+  const bool fp8 = a.params.fp8 != 0;
+  float s_x = s, c_dov = 1.0f, c_dq = s, c_dk = s, c_dv = 1.0f, s_ds = 1.0f, inv_q = 1.0f, inv_k = 1.0f;
+  std::vector<float> do8;
+  if (fp8) {
+    inv_q = quantize_current<numerics::FP8Format::kE4M3>(qf);
+    inv_k = quantize_current<numerics::FP8Format::kE4M3>(kf);
+    const float inv_v = quantize_current<numerics::FP8Format::kE4M3>(vf);
+    do8 = dof;
+    const float inv_do = quantize_current<numerics::FP8Format::kE5M2>(do8);
+    const float inv_qk = inv_q * inv_k;
+    s_x = inv_qk * s;
+    c_dov = inv_do * inv_v;
+    c_dv = (1.0f / kProbScale) * inv_do;
+  }
+  const std::vector<float>& dmm = fp8 ? do8 : dof;  // the dout operand of dp' and dV
   const int64_t rows = B * H * Sq;
   // Δ per row (b, h, i), stored at (b·H + h)·S_q + i like lse.
   std::vector<float> delta(static_cast<size_t>(rows));
@@ -250,7 +301,7 @@ TweStatus attention_bwd(const AttentionArgs& a) {
     const int64_t row = (b * H + h) * Sq + i;
     const uint64_t n = static_cast<uint64_t>(row * Skv + j);
     const float dp = drop.apply(dp_raw, n);
-    *p_dropped = drop.apply(p, n);
+    *p_dropped = drop.apply(fp8 ? quantize_prob(p) : p, n);
     return numerics::attention_dscore(p, dp, delta[row]);
   };
   // dq: per row, keys ascending. Tiles of kRowTile rows of one (b, h) walk the keys in blocks
@@ -266,6 +317,9 @@ TweStatus attention_bwd(const AttentionArgs& a) {
     }
   };
   const int64_t tiles_per_head = ceil_div(Sq, kRowTile);
+  // amax_only (FP8 pass 1): the amax key of every ds of a tile into tile_keys, nothing written.
+  std::vector<uint32_t> tile_keys(static_cast<size_t>(B * H * tiles_per_head), 0u);
+  auto dq_pass = [&](bool amax_only) {
   parallel_for(B * H * tiles_per_head, rows * std::max<int64_t>(Skv, 1) * (D + Dv), [&](int64_t begin, int64_t end) {
     std::vector<float> acc(static_cast<size_t>(kRowTile * D));
     std::vector<float> k_t(static_cast<size_t>(D * kKeyBlock)), v_t(static_cast<size_t>(Dv * kKeyBlock));
@@ -291,28 +345,47 @@ TweStatus attention_bwd(const AttentionArgs& a) {
           float* acc_row = acc.data() + r * D;
           const int64_t i = i0 + r;
           const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
-          const float* do_row = dof.data() + ((b * Sq + i) * H + h) * Dv;
-          numerics::attention_scores_columns(q_row, k_t.data() + (j0 - t0), D, kKeyBlock, j1 - j0 + 1, s,
+          const float* do_row = dmm.data() + ((b * Sq + i) * H + h) * Dv;
+          numerics::attention_scores_columns(q_row, k_t.data() + (j0 - t0), D, kKeyBlock, j1 - j0 + 1, s_x,
                                              scratch.data(), xs.data());
-          numerics::attention_scores_columns(do_row, v_t.data() + (j0 - t0), Dv, kKeyBlock, j1 - j0 + 1, 1.0f,
+          numerics::attention_scores_columns(do_row, v_t.data() + (j0 - t0), Dv, kKeyBlock, j1 - j0 + 1, c_dov,
                                              scratch.data(), dps.data());
           const float lse_row = lse[(b * H + h) * Sq + i];
           for (int64_t c = 0; c <= j1 - j0; ++c) xs[c] = numerics::attention_prob(xs[c], lse_row);
           for (int64_t j = j0; j <= j1; ++j) {
             float unused;
-            const float ds = pair(b, h, i, j, xs[j - j0], dps[j - j0], &unused);
+            float ds = pair(b, h, i, j, xs[j - j0], dps[j - j0], &unused);
+            if (amax_only) {
+              tile_keys[tile] = std::max(tile_keys[tile], numerics::amax_key(ds));
+              continue;
+            }
+            if (fp8) ds = quantize_value<numerics::FP8Format::kE5M2>(ds, s_ds);
             const float* k_row = kf.data() + ((b * Hkv + g) * Skv + j) * D;
             for (int64_t d = 0; d < D; ++d) acc_row[d] = acc_row[d] + ds * k_row[d];
           }
         }
       }
+      if (amax_only) continue;
       for (int64_t r = 0; r < n_rows; ++r) {
         float* acc_row = acc.data() + r * D;
-        for (int64_t d = 0; d < D; ++d) acc_row[d] = acc_row[d] * s;
+        for (int64_t d = 0; d < D; ++d) acc_row[d] = acc_row[d] * c_dq;
         narrow(acc_row, D, a.dq, offset_of(sbhd, b, i0 + r, B, Sq, h, H, D));
       }
     }
   });
+  };
+  if (fp8) {  // pass 1: a_ds over every ds of the call, then s_ds and the gradient factors
+    dq_pass(true);
+    uint32_t key = 0;
+    for (uint32_t k : tile_keys) key = std::max(key, k);
+    s_ds = numerics::scale_from_amax(numerics::bits_to_float(key), numerics::kE5M2Max, 0.0f, false,
+                                     std::numeric_limits<float>::max());
+    const float inv_ds = 1.0f / s_ds;
+    const float inv_ds_k = inv_ds * inv_k, inv_ds_q = inv_ds * inv_q;
+    c_dq = inv_ds_k * s;
+    c_dk = inv_ds_q * s;
+  }
+  dq_pass(false);
   // dk, dv: per (b, kv head g, key j), query heads of the group ascending, rows ascending. Tiles
   // of kRowTile keys of one (b, g) share each pass over the rows; each key's order is unchanged.
   const int64_t key_tiles_per_head = ceil_div(Skv, kRowTile);
@@ -334,16 +407,17 @@ TweStatus attention_bwd(const AttentionArgs& a) {
           const int64_t k_first = std::max(lo, j0), k_last = std::min(hi, j0 + n_keys - 1);
           if (k_first > k_last) continue;
           const float* q_row = qf.data() + ((b * Sq + i) * H + h) * D;
-          const float* do_row = dof.data() + ((b * Sq + i) * H + h) * Dv;
+          const float* do_row = dmm.data() + ((b * Sq + i) * H + h) * Dv;
           numerics::attention_scores_columns(q_row, k_t.data() + (k_first - j0), D, kKeyBlock, k_last - k_first + 1,
-                                             s, scratch.data(), xs.data());
+                                             s_x, scratch.data(), xs.data());
           numerics::attention_scores_columns(do_row, v_t.data() + (k_first - j0), Dv, kKeyBlock,
-                                             k_last - k_first + 1, 1.0f, scratch.data(), dps.data());
+                                             k_last - k_first + 1, c_dov, scratch.data(), dps.data());
           const float lse_row = lse[(b * H + h) * Sq + i];
           for (int64_t c = 0; c <= k_last - k_first; ++c) xs[c] = numerics::attention_prob(xs[c], lse_row);
           for (int64_t j = k_first; j <= k_last; ++j) {
             float p_dropped;
-            const float ds = pair(b, h, i, j, xs[j - k_first], dps[j - k_first], &p_dropped);
+            float ds = pair(b, h, i, j, xs[j - k_first], dps[j - k_first], &p_dropped);
+            if (fp8) ds = quantize_value<numerics::FP8Format::kE5M2>(ds, s_ds);
             float* ak = acc_k.data() + (j - j0) * D;
             float* av = acc_v.data() + (j - j0) * Dv;
             for (int64_t d = 0; d < D; ++d) ak[d] = ak[d] + ds * q_row[d];
@@ -353,9 +427,12 @@ TweStatus attention_bwd(const AttentionArgs& a) {
       }
       for (int64_t jj = 0; jj < n_keys; ++jj) {
         float* ak = acc_k.data() + jj * D;
-        for (int64_t d = 0; d < D; ++d) ak[d] = ak[d] * s;
+        for (int64_t d = 0; d < D; ++d) ak[d] = ak[d] * c_dk;
         narrow(ak, D, a.dk, offset_of(sbhd, b, j0 + jj, B, Skv, g, Hkv, D));
-        narrow(acc_v.data() + jj * Dv, Dv, a.dv, offset_of(sbhd, b, j0 + jj, B, Skv, g, Hkv, Dv));
+        float* av = acc_v.data() + jj * Dv;
+        if (fp8)
+          for (int64_t d = 0; d < Dv; ++d) av[d] = av[d] * c_dv;
+        narrow(av, Dv, a.dv, offset_of(sbhd, b, j0 + jj, B, Skv, g, Hkv, Dv));
       }
     }
   });

@@ -33,6 +33,13 @@ TweStatus attention_fwd(const AttentionArgs& args);
 TweStatus attention_bwd(const AttentionArgs& args);
 }  // namespace cpu
 
+#ifdef TWE_WITH_CUDA
+namespace cuda {
+TweStatus attention_fwd(const AttentionArgs& args);
+TweStatus attention_bwd(const AttentionArgs& args);
+}  // namespace cuda
+#endif
+
 }  // namespace twe
 
 #endif  // TWINENGINE_INTERNAL_ATTENTION_H_

@@ -16,6 +16,7 @@ TweAttentionParams attention_params(const Attrs& attrs) {
   p.window_right = attrs.get_int("window_right");
   p.softmax_scale = attrs.get_float("softmax_scale");
   p.dropout_p = attrs.get_float("dropout_p");
+  p.fp8 = static_cast<int32_t>(attrs.get_int("fp8"));
   return p;
 }
 

@@ -72,3 +72,16 @@ def test_custom_recipe_uses_factory_and_checks_its_result():
     assert r.quantizer("grad_output").fp8_dtype == "e5m2"
     with pytest.raises(TypeError, match="must return a twinengine Quantizer"):
         recipe.CustomRecipe(lambda role: None).quantizer("input")
+
+
+def test_fp8_attention_flags():
+    # TE's fields and defaults; either flag selects FP8 attention (docs/attention.md §9).
+    for cls in (recipe.DelayedScaling, recipe.Float8CurrentScaling):
+        assert (cls().fp8_dpa, cls().fp8_mha) == (False, False)
+        assert not recipe.uses_fp8_attention(cls())
+        assert recipe.uses_fp8_attention(cls(fp8_dpa=True))
+        assert recipe.uses_fp8_attention(cls(fp8_mha=True))
+        with pytest.raises(TypeError, match=f"{cls.__name__}.fp8_dpa must be a bool, got 1"):
+            cls(fp8_dpa=1)
+    assert not recipe.uses_fp8_attention(recipe.MXFP8BlockScaling())
+    assert not recipe.uses_fp8_attention(None)

@@ -49,6 +49,8 @@ def _conversions():
          te.recipe.DelayedScaling(margin=2, fp8_format=F.E4M3, amax_history_len=16, amax_compute_algo="most_recent")),
         (R.Float8CurrentScaling(), te.recipe.Float8CurrentScaling()),
         (R.Float8CurrentScaling(fp8_format=R.Format.E4M3), te.recipe.Float8CurrentScaling(fp8_format=F.E4M3)),
+        (R.DelayedScaling(fp8_dpa=True), te.recipe.DelayedScaling(fp8_dpa=True)),
+        (R.Float8CurrentScaling(fp8_mha=True), te.recipe.Float8CurrentScaling(fp8_mha=True)),
         (R.MXFP8BlockScaling(), te.recipe.MXFP8BlockScaling()),
         (R.MXFP8BlockScaling(fp8_format=R.Format.HYBRID, enable_2d_quantization=True),
          te.recipe.MXFP8BlockScaling(fp8_format=F.HYBRID, enable_2d_quantization=True)),
@@ -88,8 +90,8 @@ def test_te_block_scaling_per_role_qparams_must_agree():
 
 @needs_te
 @pytest.mark.parametrize("make,match", [
-    (lambda R: R.DelayedScaling(fp8_dpa=True), r"DelayedScaling.fp8_dpa=True is not supported by twinengine: "
-                                               "twinengine has no FP8 attention"),
+    (lambda R: R.MXFP8BlockScaling(fp8_dpa=True), r"MXFP8BlockScaling.fp8_dpa=True is not supported by twinengine: "
+                                                  "twinengine's FP8 attention"),
     (lambda R: R.DelayedScaling(amax_compute_algo=lambda h: h.max()), "DelayedScaling.amax_compute_algo=.* only 'max' and"),
     (lambda R: R.DelayedScaling(scaling_factor_compute_algo=lambda *a: 1.0), "DelayedScaling.scaling_factor_compute_algo="),
     (lambda R: R.MXFP8BlockScaling(margin=1), "MXFP8BlockScaling.margin=1 .* a margin has no meaning"),

@@ -7,6 +7,8 @@ Two references:
 - ``attention_fwd_emul`` / ``attention_bwd_emul``: an fp32 emulation of the documented blocked
   order (64-key blocks, online softmax, exp_f32 / log_f32 ports, canonical sums, sequential
   accumulators), which the kernel must match byte for byte.
+- ``attention_fp8_fwd_emul`` / ``attention_fp8_bwd_emul``: the same for FP8 attention
+  (docs/attention.md §9: E4M3 Q, K, V, P; E5M2 dO, dS; per-tensor current scales).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import math
 
 import numpy as np
 
-from .quantize import philox4x32_10_ref, round_to_dtype_ref, to_fp32
+from .quantize import (amax_ref, cast_fp8_ref, decode_fp8_ref, philox4x32_10_ref, round_to_dtype_ref,
+                       scale_from_amax_ref, to_fp32)
 from .sums import canonical_sum_ref
 
 F = np.float32
@@ -331,3 +334,140 @@ def attention_bwd_emul(dout, q, k, v, out, lse, *, mask_type, window_size=None, 
     dk = (acc_k * scale).astype(F)
     return (round_to_dtype_ref(np.moveaxis(dq, 1, 2), dtype), round_to_dtype_ref(np.moveaxis(dk, 1, 2), dtype),
             round_to_dtype_ref(np.moveaxis(acc_v, 1, 2), dtype))
+
+
+# ---- FP8 attention (docs/attention.md §9) -----------------------------------------------
+
+E4M3_MAX, E5M2_MAX = 448.0, 57344.0
+P_SCALE = F(448.0)
+
+
+def _q8(x32, scale, fmt: str) -> np.ndarray:
+    """Q8(x, s, F): value of RNE_sat(fl(x · s)) in F, as fp32."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = (np.asarray(x32, F) * F(scale)).astype(F)
+    return decode_fp8_ref(cast_fp8_ref(v, fmt), fmt).astype(F)
+
+
+def _current(x, fmt: str) -> tuple[np.ndarray, np.float32]:
+    """(Q8(x, s, F), inv(s)) with s = §2(amax x, max F), ε = 0, no pow2."""
+    s = F(scale_from_amax_ref(amax_ref(x), E4M3_MAX if fmt == "e4m3" else E5M2_MAX))
+    return _q8(to_fp32(x), s, fmt), F(F(1) / s)
+
+
+def attention_fp8_fwd_emul(q, k, v, *, mask_type, window_size=None, seqlens_q=None, seqlens_kv=None,
+                           softmax_scale=None, dropout_p=0.0, rng=None, visible=None) -> tuple[np.ndarray, np.ndarray]:
+    """The FP8 kernel's exact bytes: (out in q's dtype (B, S_q, H, D_v), lse fp32 (B, H, S_q))."""
+    q8, inv_q = _current(q, "e4m3")
+    k8, inv_k = _current(k, "e4m3")
+    v8, inv_v = _current(v, "e4m3")
+    q32, k32, v32 = _rows(q8, k8, v8)
+    b, h, s_q, d = q32.shape
+    s_kv, d_v = k32.shape[2], v32.shape[3]
+    c_qk = F(F(inv_q * inv_k) * F(_default_scale(d, softmax_scale)))
+    c_pv = F(F(F(1) / P_SCALE) * inv_v)
+    if visible is None:
+        visible = visible_ref(mask_type, window_size, s_q, s_kv, seqlens_q, seqlens_kv, b)
+    vis = np.broadcast_to(visible[:, None], (b, h, s_q, s_kv))
+    keep = dropout_keep_ref((b, h, s_q, s_kv), dropout_p, int(rng[0]), int(rng[1])) if dropout_p > 0 else None
+    dscale = F(F(1) / (F(1) - F(dropout_p)))
+    m = np.full((b, h, s_q), -np.inf, F)
+    l = np.zeros((b, h, s_q), F)
+    acc = np.zeros((b, h, s_q, d_v), F)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for t in range(0, s_kv, KEY_BLOCK):
+            js = range(t, min(s_kv, t + KEY_BLOCK))
+            x = {j: _scores(q32, k32, j, c_qk) for j in js}
+            m_blk = np.full((b, h, s_q), -np.inf, F)
+            for j in js:
+                m_blk = np.where(vis[..., j] & (x[j] > m_blk), x[j], m_blk)
+            active = vis[..., t:t + KEY_BLOCK].any(-1)
+            m_new = np.where(active, np.where(m_blk > m, m_blk, m), m).astype(F)
+            alpha = exp_f32_ref((m - m_new).astype(F))
+            l = np.where(active, l * alpha, l).astype(F)
+            acc = np.where(active[..., None], acc * alpha[..., None], acc).astype(F)
+            for j in js:
+                p = exp_f32_ref((x[j] - m_new).astype(F))
+                l = np.where(vis[..., j], l + p, l).astype(F)
+                p8 = _q8(np.where(vis[..., j], p, F(0)), P_SCALE, "e4m3")
+                pd = p8 if keep is None else np.where(keep[..., j], (p8 * dscale).astype(F), F(0))
+                acc = np.where(vis[..., j][..., None], acc + (pd[..., None] * v32[:, :, j][:, :, None, :]).astype(F),
+                               acc).astype(F)
+            m = m_new
+    empty = ~vis.any(-1)
+    out = (acc / np.where(empty, F(1), l)[..., None]).astype(F)
+    out = np.where(empty[..., None], F(0), (out * c_pv).astype(F)).astype(F)
+    lse = np.full((b, h, s_q), -np.inf, F)
+    if (~empty).any():
+        lse[~empty] = (m[~empty] + log_f32_ref(l[~empty])).astype(F)
+    return round_to_dtype_ref(np.moveaxis(out, 1, 2), np.asarray(q).dtype.name), lse
+
+
+def attention_fp8_bwd_emul(dout, q, k, v, out, lse, *, mask_type, window_size=None, seqlens_q=None, seqlens_kv=None,
+                           softmax_scale=None, dropout_p=0.0, rng=None, visible=None
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The FP8 kernel's exact bytes of (dq, dk, dv) (docs/attention.md §9, backward)."""
+    dtype = np.asarray(q).dtype.name
+    q8, inv_q = _current(q, "e4m3")
+    k8, inv_k = _current(k, "e4m3")
+    v8, inv_v = _current(v, "e4m3")
+    do8, inv_do = _current(dout, "e5m2")
+    q32, k32, v32 = _rows(q8, k8, v8)
+    b, h, s_q, d = q32.shape
+    s_kv, d_v = k32.shape[2], v32.shape[3]
+    h_kv = np.asarray(k).shape[2]
+    group = h // h_kv
+    scale = F(_default_scale(d, softmax_scale))
+    c_qk = F(F(inv_q * inv_k) * scale)
+    c_dov = F(inv_do * inv_v)
+    c_dv = F(F(F(1) / P_SCALE) * inv_do)
+    dohp = np.moveaxis(to_fp32(dout), 2, 1)
+    do32 = np.moveaxis(do8, 2, 1)
+    o32 = np.moveaxis(to_fp32(out), 2, 1)
+    lse = np.asarray(lse, F)
+    if visible is None:
+        visible = visible_ref(mask_type, window_size, s_q, s_kv, seqlens_q, seqlens_kv, b)
+    vis = np.broadcast_to(visible[:, None], (b, h, s_q, s_kv))
+    keep = dropout_keep_ref((b, h, s_q, s_kv), dropout_p, int(rng[0]), int(rng[1])) if dropout_p > 0 else None
+    dscale = F(F(1) / (F(1) - F(dropout_p)))
+    delta = canonical_sum_ref((dohp * o32).astype(F))
+    ds = np.zeros((b, h, s_q, s_kv), F)
+    pd = np.zeros((b, h, s_q, s_kv), F)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for j in range(s_kv):
+            x = _scores(q32, k32, j, c_qk)
+            p = np.where(vis[..., j], exp_f32_ref((x - lse).astype(F)), F(0))
+            dp = (canonical_sum_ref((do32 * v32[:, :, j][:, :, None, :]).astype(F)) * c_dov).astype(F)
+            p8 = _q8(p, P_SCALE, "e4m3")
+            if keep is not None:
+                dp = np.where(keep[..., j], (dp * dscale).astype(F), F(0))
+                pdj = np.where(keep[..., j], (p8 * dscale).astype(F), F(0))
+            else:
+                pdj = p8
+            ds[..., j] = np.where(vis[..., j], (p * (dp - delta).astype(F)).astype(F), F(0))
+            pd[..., j] = np.where(vis[..., j], pdj, F(0))
+    # dS: E5M2 with the current scale of every ds of the call.
+    s_ds = F(scale_from_amax_ref(amax_ref(ds), E5M2_MAX))
+    inv_ds = F(F(1) / s_ds)
+    ds8 = _q8(ds, s_ds, "e5m2")
+    c_dq = F(F(inv_ds * inv_k) * scale)
+    c_dk = F(F(inv_ds * inv_q) * scale)
+    acc_q = np.zeros((b, h, s_q, d), F)
+    for j in range(s_kv):
+        term = (ds8[..., j][..., None] * k32[:, :, j][:, :, None, :]).astype(F)
+        acc_q = np.where(vis[..., j][..., None], acc_q + term, acc_q).astype(F)
+    dq = (acc_q * c_dq).astype(F)
+    acc_k = np.zeros((b, h_kv, s_kv, d), F)
+    acc_v = np.zeros((b, h_kv, s_kv, d_v), F)
+    for hh in range(group):
+        for i in range(s_q):
+            heads = np.arange(h_kv) * group + hh
+            vis_i = vis[:, heads, i, :][..., None]
+            qi = q32[:, heads, i, :][:, :, None, :]
+            doi = do32[:, heads, i, :][:, :, None, :]
+            acc_k = np.where(vis_i, acc_k + (ds8[:, heads, i, :][..., None] * qi).astype(F), acc_k).astype(F)
+            acc_v = np.where(vis_i, acc_v + (pd[:, heads, i, :][..., None] * doi).astype(F), acc_v).astype(F)
+    dk = (acc_k * c_dk).astype(F)
+    dv = (acc_v * c_dv).astype(F)
+    return (round_to_dtype_ref(np.moveaxis(dq, 1, 2), dtype), round_to_dtype_ref(np.moveaxis(dk, 1, 2), dtype),
+            round_to_dtype_ref(np.moveaxis(dv, 1, 2), dtype))

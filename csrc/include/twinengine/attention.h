@@ -7,7 +7,8 @@
  *  fp16, widened exactly; math in fp32), contiguous. H must be a multiple of H_kv (GQA/MQA).
  *  The forward is blocked (64 keys per block) with an online softmax and writes the fp32
  *  logsumexp per query row; the backward recomputes the probabilities from it. No S_q × S_kv
- *  matrix is materialised. CPU only for now: CUDA views give kTweUnsupported.
+ *  matrix is materialised. CUDA views run csrc/cuda/attention.cu (same bytes, high precision,
+ *  head dimensions <= 256); FP8 attention (params.fp8) is CPU-only.
  */
 #ifndef TWINENGINE_ATTENTION_H_
 #define TWINENGINE_ATTENTION_H_
@@ -45,6 +46,8 @@ typedef struct {
   int64_t window_right;  /*!< -1: unbounded; else keys <= i + δ + right (0 for causal types) */
   float softmax_scale;   /*!< s, fp32 */
   float dropout_p;       /*!< fp32 in [0, 1); 0: no dropout (rng unused) */
+  int32_t fp8;           /*!< 1: FP8 attention (docs/attention.md §9: E4M3 Q, K, V, P; E5M2 dO, dS;
+                              per-tensor current scales computed in the kernel); 0: high precision */
 } TweAttentionParams;
 
 /*! \brief Attention forward.
@@ -57,7 +60,7 @@ typedef struct {
  *  \param[out] out         (B, S_q, H, D_v), q's dtype.
  *  \param[out] lse         fp32 (B, H, S_q); −inf for fully masked rows.
  *  \param[in]  params      mask, window, scale, dropout.
- *  \param[in]  stream      cudaStream_t for CUDA views (unsupported for now).
+ *  \param[in]  stream      cudaStream_t for CUDA views.
  */
 TweStatus twe_attention_fwd(const TweTensorView* q, const TweTensorView* k, const TweTensorView* v,
                             const TweTensorView* seqlens_q, const TweTensorView* seqlens_kv, const TweTensorView* rng,
@@ -71,7 +74,7 @@ TweStatus twe_attention_fwd(const TweTensorView* q, const TweTensorView* k, cons
  *  \param[in]  seqlens_q, seqlens_kv, rng  as the forward (same values).
  *  \param[out] dq, dk, dv  q's, k's, v's shapes, q's dtype.
  *  \param[in]  params      as the forward.
- *  \param[in]  stream      cudaStream_t for CUDA views (unsupported for now).
+ *  \param[in]  stream      cudaStream_t for CUDA views.
  */
 TweStatus twe_attention_bwd(const TweTensorView* dout, const TweTensorView* q, const TweTensorView* k,
                             const TweTensorView* v, const TweTensorView* out, const TweTensorView* lse,

@@ -5,7 +5,7 @@
 # check_<family>.cc. Catches indexing, tiling, padding, reduction-order and synchronisation bugs;
 # the hardware parts (sm_89+ FP8 conversion, memory ordering, performance) need tests/gpu on a
 # device. Needs a C++20 compiler (std::barrier); quantize takes several minutes on two cores.
-#   bash tests/gpu/emulation/run.sh [quantize|norm|gemm]   (default: quantize)
+#   bash tests/gpu/emulation/run.sh [quantize|norm|gemm|attention]   (default: quantize)
 # (activation, dropout and bias: run_elementwise.sh)
 set -euo pipefail
 family="${1:-quantize}"
@@ -47,6 +47,12 @@ case "$family" in
     emulate "$root/csrc/cuda/gemm_grouped.cu" "$work/gemm_grouped_emu.cc"  # GroupedLinear's kernels
     compile "$work/check_grouped_gemm" "$work/gemm_grouped_emu.cc" "$here/check_grouped_gemm.cc"
     "$work/check_grouped_gemm" ;;
-  *) echo "unknown family $family (quantize, norm or gemm; run_elementwise.sh for the elementwise families)" >&2
+  attention)  # forward / backward of every layout and mask vs the CPU kernels through the C ABI
+    emulate "$root/csrc/cuda/attention.cu" "$work/attention_emu.cc"
+    compile "$work/check_attention" "$work/attention_emu.cc" "$root/csrc/cpu/attention.cc" \
+      "$root/csrc/abi/attention.cc" "$here/check_attention.cc"
+    "$work/check_attention" ;;
+  *) echo "unknown family $family (quantize, norm, gemm or attention; run_elementwise.sh for the elementwise" \
+          "families)" >&2
      exit 2 ;;
 esac
