@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check \
   torch==2.13.0 jax==0.10.2 jaxlib==0.10.2 numpy ml_dtypes \
-  flax==0.12.8 optax==0.2.8 nanobind scikit-build-core scipy-openblas32 pytest hypothesis tqdm matplotlib flatbuffers
+  flax==0.12.8 optax==0.2.8 nanobind scikit-build-core pytest hypothesis tqdm matplotlib flatbuffers
 # CUDA builds need cublasLt.h (and the CUDA GEMM loads libcublasLt at run time): toolkits may
 # ship without cuBLAS, so whenever CUDA code will be built (nvcc found where CMake looks, and
 # TWE_CUDA not OFF in CMAKE_ARGS) install the nvidia-cublas wheel of the toolkit's version.
