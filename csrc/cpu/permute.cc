@@ -69,12 +69,9 @@ void unpermute_backward_typed(const PermuteArgs& a, const RowIdMap& map) {
         }
         const float w = load_high_precision(a.probs->data, a.probs->dtype, t * slots + col);
         const T* src = y + row * H;
-        float dot = 0.0f;
-        for (int64_t h = 0; h < H; ++h) {
-          const float gh = to_float(g[h]);
-          dst[h] = FromFloat<T>::apply(gh * w);
-          dot = numerics::weighted_accumulate(dot, gh, to_float(src[h]));
-        }
+        for (int64_t h = 0; h < H; ++h) dst[h] = FromFloat<T>::apply(to_float(g[h]) * w);
+        // §10: the merging_probs gradient is Σc_h fl(grad_out · y) (32 lanes, then the fold).
+        const float dot = numerics::canonical_sum(H, [g, src](int64_t h) { return to_float(g[h]) * to_float(src[h]); });
         store_high_precision(a.out_probs->data, a.out_probs->dtype, t * slots + col, dot);
       }
     }

@@ -219,8 +219,8 @@ __global__ void unpermute_backward_kernel(const T* grad_out, const T* y, T* grad
   for (int64_t h = threadIdx.x; h < H; h += blockDim.x) dst[h] = FromFloat<T>::apply(to_float(g[h]) * w);
   if (threadIdx.x == 0) {
     const T* src = y + row * H;
-    float dot = 0.0f;
-    for (int64_t h = 0; h < H; ++h) dot = numerics::weighted_accumulate(dot, to_float(g[h]), to_float(src[h]));
+    // §10: Σc_h fl(grad_out · y), the canonical 32-lane sum (the CPU kernel's bytes).
+    const float dot = numerics::canonical_sum(H, [g, src](int64_t h) { return to_float(g[h]) * to_float(src[h]); });
     store_high_precision(grad_probs, probs_dtype, t * map.num_slots + col, dot);
   }
 }

@@ -99,6 +99,25 @@ def test_moe_unpermute_large_topk_gradients_match_float64(map_type):
     np.testing.assert_allclose(from_torch(probs.grad), exact_gp, rtol=1e-5, atol=1e-5)
 
 
+def test_moe_unpermute_merging_probs_gradient_at_hidden_4096_matches_float64():
+    # The merging_probs gradient is a length-H dot product: the canonical 32-lane sum (§11) keeps it
+    # within TE's 2e-4 of float64 at H = 4096 (a sequential fp32 sum was off by 3-4e-3).
+    case = make_case(13, 16, 8, 2, 4096, "float32", "index")
+    expected_map = case.expected_row_id_map()
+    T, H = case.x.shape
+    y_np = random_array((case.resolved_num_out, H), "float32", 8)
+    y = to_torch(y_np)
+    probs = to_torch(case.probs).requires_grad_()
+    out = tep.moe_unpermute(y, torch.from_numpy(expected_map), merging_probs=probs, map_type="index")
+    grad_out = random_array((T, H), "float32", 9)
+    out.backward(to_torch(grad_out))
+    exact = np.zeros(case.probs.shape)
+    for t, pairs in enumerate(ref.kept_pairs_ref(expected_map, "index", T)):
+        for row, col in pairs:
+            exact[t, col] = np.dot(grad_out[t].astype(np.float64), y_np[row].astype(np.float64))
+    np.testing.assert_allclose(from_torch(probs.grad), exact, rtol=0, atol=2e-4)
+
+
 @pytest.mark.parametrize("map_type", ["index", "mask"])
 def test_moe_permute_and_unpermute_keep_low_precision_probs_dtypes(map_type):
     case = make_case(12, 10, 8, 3, 16, "float16", map_type, drop=True, probs_dtype="bfloat16")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .sums import canonical_sum_ref
+
 __all__ = [
     "row_id_map_index_ref",
     "row_id_map_mask_ref",
@@ -140,8 +142,8 @@ def permute_bwd_ref(grad_out: np.ndarray, row_id_map: np.ndarray, map_type: str,
 
 def unpermute_bwd_ref(grad_out: np.ndarray, y: np.ndarray, row_id_map: np.ndarray, map_type: str,
                       merging_probs: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """grad_y[row] = fl(grad_out[t] · p); grad_probs[t, col] = Σ_h fl(grad_out[t,h] · y[row,h])
-    in fp32, ascending h."""
+    """grad_y[row] = fl(grad_out[t] · p); grad_probs[t, col] = Σc_h fl(grad_out[t,h] · y[row,h])
+    (the canonical 32-lane sum, §11)."""
     T = grad_out.shape[0]
     grad_y = np.zeros(y.shape, dtype=y.dtype)
     grad_probs = None if merging_probs is None else np.zeros(merging_probs.shape, dtype=merging_probs.dtype)
@@ -152,9 +154,7 @@ def unpermute_bwd_ref(grad_out: np.ndarray, y: np.ndarray, row_id_map: np.ndarra
                 grad_y[row] = grad_out[t]
                 continue
             grad_y[row] = _round(g * np.float32(merging_probs[t, col]), y.dtype)
-            acc = np.float32(0.0)
-            for gh, yh in zip(g, y[row].astype(np.float32)):
-                acc = np.float32(acc + np.float32(gh * yh))
+            acc = canonical_sum_ref(g * y[row].astype(np.float32))
             grad_probs[t, col] = _round(np.array(acc), merging_probs.dtype)
     return grad_y, grad_probs
 
