@@ -2,7 +2,10 @@
 // quantization of y through the quantize family's own entry points (same bytes by construction).
 #include <string>
 
+#include <exception>
+
 #include "internal/norm.h"
+#include "internal/quantize.h"
 
 namespace twe {
 namespace {
@@ -63,8 +66,34 @@ TweStatus quantize_output(const TweTensorView* y, const TweNormQuantize* q, void
   }
 }
 
+/*! On the CPU, the quantizations cpu::norm_fwd_quantized fuses into the norm's pass (after the
+ *  quantize family's own checks on y); kTweSuccess with *fused false for every other case. */
+TweStatus run_fused_cpu(const NormFwdArgs& args, const TweNormQuantize* q, bool* fused) {
+  *fused = false;
+  if (!q || args.x->device != kTweCPU || args.rows * args.cols == 0 || !q->output) return kTweSuccess;
+  TweStatus st;
+  switch (q->mode) {
+    case kTweNormQuantizeFP8Current: st = check_quantize_fp8_current(args.y, q->output, &q->params); break;
+    case kTweNormQuantizeFP8Delayed: st = check_quantize_fp8_delayed(args.y, q->scale, q->output, &q->params); break;
+    case kTweNormQuantizeMXFP8: st = check_quantize_mxfp8(args.y, q->output, &q->params); break;
+    default: return kTweSuccess;
+  }
+  if (st) return st;
+  *fused = true;
+  try {
+    CpuStreamScope scope(args.stream);
+    return cpu::norm_fwd_quantized(args, *q);
+  } catch (const std::exception& e) {
+    return fail(kTweInternalError, std::string("kernel failed: ") + e.what());
+  }
+}
+
 TweStatus run_fwd(const NormFwdArgs& args, const TweNormQuantize* quantize) {
-  TweStatus st = run_on_device(args.x->device, args, TWE_DEVICE_FNS(norm_fwd));
+  bool fused = false;
+  TweStatus st = run_fused_cpu(args, quantize, &fused);
+  if (st) return st;
+  if (fused) return succeed();
+  st = run_on_device(args.x->device, args, TWE_DEVICE_FNS(norm_fwd));
   if (st) return st;
   if ((st = quantize_output(args.y, quantize, args.stream))) return st;
   return succeed();

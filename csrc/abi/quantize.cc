@@ -106,6 +106,56 @@ TweStatus check_dequantize_views(const TweTensorView* data, const TweTensorView*
 }
 
 }  // namespace
+
+/*! Every check of twe_quantize_fp8_current (the fused norm + quantize runs them before its kernel). */
+TweStatus check_quantize_fp8_current(const TweTensorView* input, TweQuantizedTensor* output,
+                                     const TweQuantizeParams* params) {
+  TweStatus st = check_input(input);
+  if (st) return st;
+  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
+  if ((st = check_per_tensor_outputs(input, output, params->format, false))) return st;
+  if (!(params->amax_epsilon >= 0.0f)) return fail(kTweInvalidArgument, "amax_epsilon must be >= 0");
+  return kTweSuccess;
+}
+
+/*! Every check of twe_quantize_fp8_delayed. */
+TweStatus check_quantize_fp8_delayed(const TweTensorView* input, const TweTensorView* scale,
+                                     TweQuantizedTensor* output, const TweQuantizeParams* params) {
+  TweStatus st = check_input(input);
+  if (st) return st;
+  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
+  if ((st = check_view(scale, "scale", kTweFloat32, -1, 1, input->device))) return st;
+  return check_per_tensor_outputs(input, output, params->format, true);
+}
+
+/*! Every check of twe_quantize_mxfp8. */
+TweStatus check_quantize_mxfp8(const TweTensorView* input, TweQuantizedTensor* output,
+                               const TweQuantizeParams* params) {
+  TweStatus st = check_input(input);
+  if (st) return st;
+  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
+  const int64_t r = rows(*input), k = cols(*input);
+  if (r % 32 != 0 || k % 32 != 0) {
+    return fail(kTweInvalidArgument, "MXFP8 needs R and K to be multiples of 32, got input " + shape_string(*input));
+  }
+  const TweDevice dev = input->device;
+  const TweDType dt = fp8_dtype(params->format);
+  if ((st = check_copies_requested(output))) return st;
+  if (present(&output->rowwise_data)) {
+    if ((st = check_view(&output->rowwise_data, "rowwise_data", dt, r, k, dev))) return st;
+    if ((st = check_view(&output->rowwise_scale_inv, "rowwise_scale_inv", kTweUInt8, round_up(r, 128),
+                         round_up(k / 32, 4), dev)))
+      return st;
+  }
+  if (present(&output->columnwise_data)) {
+    if ((st = check_view(&output->columnwise_data, "columnwise_data", dt, r, k, dev))) return st;
+    if ((st = check_view(&output->columnwise_scale_inv, "columnwise_scale_inv", kTweUInt8, round_up(r / 32, 4),
+                         round_up(k, 128), dev)))
+      return st;
+  }
+  return kTweSuccess;
+}
+
 }  // namespace twe
 
 using namespace twe;
@@ -114,11 +164,8 @@ extern "C" {
 
 TweStatus twe_quantize_fp8_current(const TweTensorView* input, TweQuantizedTensor* output,
                                    const TweQuantizeParams* params, void* stream) {
-  TweStatus st = check_input(input);
+  TweStatus st = check_quantize_fp8_current(input, output, params);
   if (st) return st;
-  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
-  if ((st = check_per_tensor_outputs(input, output, params->format, false))) return st;
-  if (!(params->amax_epsilon >= 0.0f)) return fail(kTweInvalidArgument, "amax_epsilon must be >= 0");
   QuantizeArgs args{input, nullptr, nullptr, output, *params, rows(*input), cols(*input), stream};
   st = run_on_device(input->device, args, TWE_DEVICE_FNS(quantize_fp8_current));
   return st ? st : succeed();
@@ -250,11 +297,8 @@ TweStatus twe_grouped_quantize_mxfp8(const TweTensorView* input, const TweTensor
 TweStatus twe_quantize_fp8_delayed(const TweTensorView* input, const TweTensorView* scale,
                                    TweQuantizedTensor* output, const TweQuantizeParams* params,
                                    void* stream) {
-  TweStatus st = check_input(input);
+  TweStatus st = check_quantize_fp8_delayed(input, scale, output, params);
   if (st) return st;
-  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
-  if ((st = check_view(scale, "scale", kTweFloat32, -1, 1, input->device))) return st;
-  if ((st = check_per_tensor_outputs(input, output, params->format, true))) return st;
   QuantizeArgs args{input, scale, nullptr, output, *params, rows(*input), cols(*input), stream};
   st = run_on_device(input->device, args, TWE_DEVICE_FNS(quantize_fp8_delayed));
   return st ? st : succeed();
@@ -262,28 +306,10 @@ TweStatus twe_quantize_fp8_delayed(const TweTensorView* input, const TweTensorVi
 
 TweStatus twe_quantize_mxfp8(const TweTensorView* input, TweQuantizedTensor* output,
                              const TweQuantizeParams* params, void* stream) {
-  TweStatus st = check_input(input);
+  TweStatus st = check_quantize_mxfp8(input, output, params);
   if (st) return st;
-  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
   const int64_t r = rows(*input), k = cols(*input);
-  if (r % 32 != 0 || k % 32 != 0) {
-    return fail(kTweInvalidArgument, "MXFP8 needs R and K to be multiples of 32, got input " + shape_string(*input));
-  }
   const TweDevice dev = input->device;
-  const TweDType dt = fp8_dtype(params->format);
-  if ((st = check_copies_requested(output))) return st;
-  if (present(&output->rowwise_data)) {
-    if ((st = check_view(&output->rowwise_data, "rowwise_data", dt, r, k, dev))) return st;
-    if ((st = check_view(&output->rowwise_scale_inv, "rowwise_scale_inv", kTweUInt8, round_up(r, 128),
-                         round_up(k / 32, 4), dev)))
-      return st;
-  }
-  if (present(&output->columnwise_data)) {
-    if ((st = check_view(&output->columnwise_data, "columnwise_data", dt, r, k, dev))) return st;
-    if ((st = check_view(&output->columnwise_scale_inv, "columnwise_scale_inv", kTweUInt8, round_up(r / 32, 4),
-                         round_up(k, 128), dev)))
-      return st;
-  }
   QuantizeArgs args{input, nullptr, nullptr, output, *params, r, k, stream};
   st = run_on_device(dev, args, TWE_DEVICE_FNS(quantize_mxfp8));
   return st ? st : succeed();

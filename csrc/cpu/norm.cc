@@ -2,10 +2,13 @@
 // numerics::canonical_sum; column sums (dγ, dβ) run lane l over rows l, l+32, ... and end in
 // numerics::canonical_fold, so they are Σc over the row index, the order one CUDA warp uses.
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <vector>
 
 #include "internal/cpu.h"
 #include "internal/norm.h"
+#include "internal/quantize.h"
 
 namespace twe {
 namespace cpu {
@@ -43,7 +46,45 @@ std::vector<float> gains(const TweTensorView* gamma, int64_t k, bool zero_center
   return g;
 }
 
-void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, int64_t begin, int64_t end) {
+/*! dst[i] = src[i] rounded (RNE) to T, returning the max amax_key of the rounded elements (their
+ *  NaN-skipping amax as bits, numerics::amax_key: what the quantize kernels' amax pass reads off
+ *  the same bytes; a max of integers is exact in any grouping, so 16 running lanes vectorize). */
+template <typename T>
+TWE_CPU_CLONES uint32_t amax_key_run(const T* x, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  uint32_t lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const uint32_t k = numerics::amax_key(to_float(x[i + j]));
+      lanes[j] = k > lanes[j] ? k : lanes[j];
+    }
+  uint32_t key = 0;
+  for (; i < n; ++i) {
+    const uint32_t k = numerics::amax_key(to_float(x[i]));
+    key = k > key ? k : key;
+  }
+  for (int64_t j = 0; j < kLanes; ++j) key = lanes[j] > key ? lanes[j] : key;
+  return key;
+}
+
+/*! narrow, also returning the max amax_key of the rounded elements. */
+uint32_t narrow_amax_key(const float* src, int64_t n, TweTensorView* v, int64_t offset) {
+  uint32_t key = 0;
+  dispatch_high_precision(v->dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* dst = static_cast<T*>(v->data) + offset;
+    for (int64_t i = 0; i < n; ++i) dst[i] = FromFloat<T>::apply(src[i]);
+    key = amax_key_run(dst, n);  // the row just written, still in L1
+    return kTweSuccess;
+  });
+  return key;
+}
+
+/*! Rows begin .. end - 1 of the forward; with `amax_key`, also the max amax_key of every y
+ *  element written (per row into amax_key[r]). */
+void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, int64_t begin, int64_t end,
+                  uint32_t* amax_key = nullptr) {
   const int64_t k = a.cols;
   std::vector<float> x(static_cast<size_t>(k)), y(static_cast<size_t>(k));
   float* mu_out = a.mu ? static_cast<float*>(a.mu->data) : nullptr;
@@ -78,7 +119,8 @@ void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, in
       }
     }
     rstd_out[r] = rstd;
-    narrow(y.data(), k, a.y, r * k);
+    if (amax_key) amax_key[r] = narrow_amax_key(y.data(), k, a.y, r * k);
+    else narrow(y.data(), k, a.y, r * k);
   }
 }
 
@@ -146,6 +188,56 @@ TweStatus norm_fwd(const NormFwdArgs& a) {
     forward_rows(a, gain.data(), beta.data(), begin, end);
   });
   return kTweSuccess;
+}
+
+TweStatus norm_fwd_quantized(const NormFwdArgs& a, const TweNormQuantize& q) {
+  ScopedIeeeSubnormals ieee;
+  const int64_t k = a.cols, r_total = a.rows;
+  std::vector<float> gain, beta(static_cast<size_t>(k), 0.0f);
+  if (a.gamma) gain = gains(a.gamma, k, a.zero_centered_gamma);
+  if (a.beta) widen(a.beta, 0, k, beta.data());
+  const TweQuantizedTensor& o = *q.output;
+  if (q.mode == kTweNormQuantizeMXFP8) {
+    // Per 32-row block: the norm's rows, then quantize_mxfp8 of just that block while its y is
+    // in cache. MXFP8 blocks never cross a 32-row block (1D or 2D), so each block's bytes are
+    // those the whole-tensor quantize writes; the scale padding is zeroed here once.
+    const bool row = present(&o.rowwise_data), col = present(&o.columnwise_data);
+    const int64_t row_stride = row ? o.rowwise_scale_inv.shape[o.rowwise_scale_inv.ndim - 1] : 0;
+    const int64_t col_stride = col ? o.columnwise_scale_inv.shape[o.columnwise_scale_inv.ndim - 1] : 0;
+    if (row) std::memset(o.rowwise_scale_inv.data, 0, static_cast<size_t>(numel(o.rowwise_scale_inv)));
+    if (col) std::memset(o.columnwise_scale_inv.data, 0, static_cast<size_t>(numel(o.columnwise_scale_inv)));
+    std::atomic<int> status{kTweSuccess};
+    parallel_for(r_total / 32, r_total * k, [&](int64_t block_begin, int64_t block_end) {
+      for (int64_t b = block_begin; b < block_end; ++b) {
+        const int64_t r0 = b * 32;
+        forward_rows(a, gain.data(), beta.data(), r0, r0 + 32);
+        const TweTensorView input = view_2d(*a.y, r0 * k, 32, k);
+        TweQuantizedTensor out{};
+        if (row) {
+          out.rowwise_data = view_2d(o.rowwise_data, r0 * k, 32, k);
+          out.rowwise_scale_inv = view_2d(o.rowwise_scale_inv, r0 * row_stride, 32, row_stride);
+        }
+        if (col) {
+          out.columnwise_data = view_2d(o.columnwise_data, r0 * k, 32, k);
+          out.columnwise_scale_inv = view_2d(o.columnwise_scale_inv, b * col_stride, 1, col_stride);
+        }
+        const QuantizeArgs block{&input, nullptr, nullptr, &out, q.params, 32, k, a.stream};
+        const TweStatus st = quantize_mxfp8(block);
+        if (st) status.store(st);
+      }
+    });
+    return static_cast<TweStatus>(status.load());
+  }
+  // Per-tensor FP8: the amax of y taken while the norm writes it, then one cast pass.
+  std::vector<uint32_t> keys(static_cast<size_t>(r_total), 0u);
+  parallel_for(r_total, r_total * k, [&](int64_t begin, int64_t end) {
+    forward_rows(a, gain.data(), beta.data(), begin, end, keys.data());
+  });
+  uint32_t key = 0;
+  for (uint32_t v : keys) key = v > key ? v : key;
+  const TweTensorView* scale = q.mode == kTweNormQuantizeFP8Delayed ? q.scale : nullptr;
+  const QuantizeArgs qa{a.y, scale, nullptr, q.output, q.params, r_total, k, a.stream};
+  return quantize_fp8_per_tensor_with_amax(qa, numerics::bits_to_float(key));
 }
 
 TweStatus norm_bwd(const NormBwdArgs& a) {

@@ -674,10 +674,18 @@ TweStatus quantize_fp8_current(const QuantizeArgs& a) {
   ScopedIeeeSubnormals ieee;
   return dispatch_high_precision(a.input->dtype, [&](auto tag) {
     using T = decltype(tag);
+    return quantize_fp8_per_tensor_with_amax(a, tensor_amax(static_cast<const T*>(a.input->data), a.rows * a.cols));
+  });
+}
+
+TweStatus quantize_fp8_per_tensor_with_amax(const QuantizeArgs& a, float amax) {
+  ScopedIeeeSubnormals ieee;
+  return dispatch_high_precision(a.input->dtype, [&](auto tag) {
+    using T = decltype(tag);
     const T* x = static_cast<const T*>(a.input->data);
-    const float amax = tensor_amax(x, a.rows * a.cols);
-    const float scale = numerics::scale_from_amax(amax, format_max(a.params.format), a.params.amax_epsilon,
-                                                  a.params.force_pow2_scales != 0, numerics::kFloatMax);
+    const float scale = a.scale ? *static_cast<const float*>(a.scale->data)
+                                : numerics::scale_from_amax(amax, format_max(a.params.format), a.params.amax_epsilon,
+                                                            a.params.force_pow2_scales != 0, numerics::kFloatMax);
     per_tensor_cast(a, x, scale);
     write_per_tensor_scalars(a, scale, amax);
     return kTweSuccess;

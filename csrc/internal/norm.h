@@ -50,6 +50,14 @@ struct NormBwdArgs {
   }
 
 TWE_NORM_KERNELS(cpu)
+
+namespace cpu {
+/*! norm_fwd fused with the quantization of y (modes MXFP8, FP8 current, FP8 delayed; the ABI
+ *  has run the quantize family's checks on y): MXFP8 per 32-row block while the block is in
+ *  cache, per-tensor FP8 with y's amax taken in the norm pass. Same bytes as norm_fwd followed
+ *  by the quantize kernel. */
+TweStatus norm_fwd_quantized(const NormFwdArgs& args, const TweNormQuantize& quantize);
+}  // namespace cpu
 #ifdef TWE_WITH_CUDA
 TWE_NORM_KERNELS(cuda)
 #endif

@@ -43,6 +43,15 @@ struct DelayedUpdateArgs {
   void* stream;
 };
 
+/*! The argument checks of twe_quantize_fp8_current / _fp8_delayed / _mxfp8, same texts (a fused
+ *  kernel that quantizes its own output runs them first). */
+TweStatus check_quantize_fp8_current(const TweTensorView* input, TweQuantizedTensor* output,
+                                     const TweQuantizeParams* params);
+TweStatus check_quantize_fp8_delayed(const TweTensorView* input, const TweTensorView* scale,
+                                     TweQuantizedTensor* output, const TweQuantizeParams* params);
+TweStatus check_quantize_mxfp8(const TweTensorView* input, TweQuantizedTensor* output,
+                               const TweQuantizeParams* params);
+
 #define TWE_QUANTIZE_KERNELS(NS)                                 \
   namespace NS {                                                 \
   TweStatus quantize_fp8_current(const QuantizeArgs& args);      \
@@ -60,6 +69,11 @@ struct DelayedUpdateArgs {
 TWE_QUANTIZE_KERNELS(cpu)
 
 namespace cpu {
+/*! Per-tensor FP8 of a.input given its NaN-skipping amax (the tensor_amax bytes, e.g. taken by
+ *  the kernel that wrote the input): the scale from that amax (current scaling, a.scale null)
+ *  or a.scale (delayed scaling), one cast pass, then scale_inv and amax. Same bytes as
+ *  quantize_fp8_current / quantize_fp8_delayed. */
+TweStatus quantize_fp8_per_tensor_with_amax(const QuantizeArgs& args, float amax);
 /*! twe_grouped_quantize_fp8_current after the ABI checks: quantize_fp8_current per row block. */
 TweStatus grouped_quantize_fp8_current(const QuantizeArgs& args, const TweTensorView& m_splits);
 /*! twe_grouped_quantize_fp8_delayed after the ABI checks: quantize_fp8_delayed per row block. */

@@ -20,7 +20,7 @@ def _run(call, arrays: dict, device: torch.device) -> list[torch.Tensor]:
 
 @torch.library.custom_op("twinengine::activation_fwd", mutates_args=())
 def _activation_fwd(x: torch.Tensor, kind: str, limit: float, alpha: float) -> torch.Tensor:
-    (y,) = _run(ACTIVATION_FWD.plan(meta(x), kind, limit, alpha), {"x": x}, x.device)
+    (y,) = _run(ACTIVATION_FWD.cached_plan(meta(x), kind, limit, alpha), {"x": x}, x.device)
     return y
 
 
@@ -33,7 +33,7 @@ def _(x, kind, limit, alpha):
 @torch.library.custom_op("twinengine::activation_fwd_quantize", mutates_args=())
 def _activation_fwd_quantize(x: torch.Tensor, kind: str, limit: float, alpha: float, quantizer: Quantizer,
                              scale: torch.Tensor | None, rng: torch.Tensor | None) -> list[torch.Tensor]:
-    call = ACTIVATION_FWD.plan(meta(x), kind, limit, alpha, quantizer, meta(scale), meta(rng))
+    call = ACTIVATION_FWD.cached_plan(meta(x), kind, limit, alpha, quantizer, meta(scale), meta(rng))
     return _run(call, {"x": x, "scale": scale, "rng": rng}, x.device)
 
 
@@ -44,7 +44,7 @@ def _(x, kind, limit, alpha, quantizer, scale, rng):
 
 @torch.library.custom_op("twinengine::activation_bwd", mutates_args=())
 def _activation_bwd(dy: torch.Tensor, x: torch.Tensor, kind: str, limit: float, alpha: float) -> torch.Tensor:
-    (dx,) = _run(ACTIVATION_BWD.plan(meta(dy), meta(x), kind, limit, alpha), {"dy": dy, "x": x}, x.device)
+    (dx,) = _run(ACTIVATION_BWD.cached_plan(meta(dy), meta(x), kind, limit, alpha), {"dy": dy, "x": x}, x.device)
     return dx
 
 
@@ -57,7 +57,7 @@ def _(dy, x, kind, limit, alpha):
 @torch.library.custom_op("twinengine::activation_bwd_dbias", mutates_args=())
 def _activation_bwd_dbias(dy: torch.Tensor, x: torch.Tensor, kind: str, limit: float, alpha: float,
                           bias_dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
-    call = ACTIVATION_BWD_DBIAS.plan(meta(dy), meta(x), kind, limit, alpha, bias_dtype)
+    call = ACTIVATION_BWD_DBIAS.cached_plan(meta(dy), meta(x), kind, limit, alpha, bias_dtype)
     dx, dbias = _run(call, {"dy": dy, "x": x}, x.device)
     return dx, dbias
 
@@ -72,7 +72,7 @@ def _(dy, x, kind, limit, alpha, bias_dtype):
 def _activation_bwd_dbias_quantize(dy: torch.Tensor, x: torch.Tensor, kind: str, limit: float, alpha: float,
                                    bias_dtype: str, quantizer: Quantizer, scale: torch.Tensor | None,
                                    rng: torch.Tensor | None) -> list[torch.Tensor]:
-    call = ACTIVATION_BWD_DBIAS.plan(meta(dy), meta(x), kind, limit, alpha, bias_dtype, quantizer, meta(scale),
+    call = ACTIVATION_BWD_DBIAS.cached_plan(meta(dy), meta(x), kind, limit, alpha, bias_dtype, quantizer, meta(scale),
                                      meta(rng))
     return _run(call, {"dy": dy, "x": x, "scale": scale, "rng": rng}, x.device)
 

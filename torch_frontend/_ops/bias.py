@@ -13,7 +13,7 @@ __all__ = ["bias_add", "add", "scale", "bias_grad"]
 
 @torch.library.custom_op("twinengine::bias_add", mutates_args=())
 def _bias_add(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    (y,) = launch(BIAS_ADD.plan(meta(x), meta(bias)), [x, bias], x.device)
+    (y,) = launch(BIAS_ADD.cached_plan(meta(x), meta(bias)), [x, bias], x.device)
     return y
 
 
@@ -25,7 +25,7 @@ def _(x, bias):
 
 @torch.library.custom_op("twinengine::add", mutates_args=())
 def _add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    (z,) = launch(ADD.plan(meta(x), meta(y)), [x, y], x.device)
+    (z,) = launch(ADD.cached_plan(meta(x), meta(y)), [x, y], x.device)
     return z
 
 
@@ -37,7 +37,7 @@ def _(x, y):
 
 @torch.library.custom_op("twinengine::scale", mutates_args=())
 def _scale(x: torch.Tensor, c: float) -> torch.Tensor:
-    (y,) = launch(SCALE.plan(meta(x), c), [x], x.device)
+    (y,) = launch(SCALE.cached_plan(meta(x), c), [x], x.device)
     return y
 
 
@@ -49,7 +49,7 @@ def _(x, c):
 
 @torch.library.custom_op("twinengine::bias_grad", mutates_args=())
 def _bias_grad(dy: torch.Tensor, dtype: str) -> torch.Tensor:
-    (db,) = launch(BIAS_GRAD.plan(meta(dy), dtype), [dy], dy.device)
+    (db,) = launch(BIAS_GRAD.cached_plan(meta(dy), dtype), [dy], dy.device)
     return db
 
 
@@ -61,7 +61,7 @@ def _(dy, dtype):
 
 @torch.library.custom_op("twinengine::bias_grad_grouped", mutates_args=())
 def _bias_grad_grouped(dy: torch.Tensor, m_splits: torch.Tensor, dtype: str) -> torch.Tensor:
-    (db,) = launch(BIAS_GRAD_GROUPED.plan(meta(dy), meta(m_splits), dtype), [dy, m_splits], dy.device)
+    (db,) = launch(BIAS_GRAD_GROUPED.cached_plan(meta(dy), meta(m_splits), dtype), [dy, m_splits], dy.device)
     return db
 
 

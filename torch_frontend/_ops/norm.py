@@ -18,12 +18,13 @@ from ...ops.norm import (
 from ...ops.opdef import KernelCall, OpDef
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
+from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta, plain_eager
 
 
 def _run(opdef: OpDef, arrays: dict[str, torch.Tensor | None], *args) -> list[torch.Tensor]:
-    """plan + launch: `arrays` by input name, `args` the plan's arguments after the arrays' metas."""
-    call = opdef.plan(*args)
+    """plan (cached per static arguments) + launch: `arrays` by input name, `args` the plan's
+    arguments after the arrays' metas."""
+    call = opdef.cached_plan(*args)
     return launch(call, [arrays[name] for name in call.inputs], arrays["x"].device)
 
 
@@ -75,12 +76,16 @@ def _(x, eps):
 # ---- forward ops with a fused quantization of y -----------------------------------------
 # Separate ops: the quantizer is an opaque value argument, which a schema cannot make optional.
 
-@torch.library.custom_op("twinengine::layernorm_fwd_quantized", mutates_args=())
-def _layernorm_fwd_quantized(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+def _layernorm_fwd_quantized_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
                              zero_centered_gamma: bool, quantizer: Quantizer, scale: torch.Tensor | None,
                              rng: torch.Tensor | None) -> list[torch.Tensor]:
     return _run(LAYERNORM_FWD, {"x": x, "weight": weight, "bias": bias, "scale": scale, "rng": rng},
                 meta(x), meta(weight), meta(bias), eps, zero_centered_gamma, quantizer, meta(scale), meta(rng))
+
+
+# The custom op's impl, which the eager API calls directly (plain_eager): same bytes, no dispatcher.
+_layernorm_fwd_quantized = torch.library.custom_op("twinengine::layernorm_fwd_quantized",
+                                             mutates_args=())(_layernorm_fwd_quantized_impl)
 
 
 @_layernorm_fwd_quantized.register_fake
@@ -89,12 +94,16 @@ def _(x, weight, bias, eps, zero_centered_gamma, quantizer, scale, rng):
                  meta(scale), meta(rng))
 
 
-@torch.library.custom_op("twinengine::rmsnorm_fwd_quantized", mutates_args=())
-def _rmsnorm_fwd_quantized(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered_gamma: bool,
+def _rmsnorm_fwd_quantized_impl(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered_gamma: bool,
                            quantizer: Quantizer, scale: torch.Tensor | None,
                            rng: torch.Tensor | None) -> list[torch.Tensor]:
     return _run(RMSNORM_FWD, {"x": x, "weight": weight, "scale": scale, "rng": rng},
                 meta(x), meta(weight), eps, zero_centered_gamma, quantizer, meta(scale), meta(rng))
+
+
+# The custom op's impl, which the eager API calls directly (plain_eager): same bytes, no dispatcher.
+_rmsnorm_fwd_quantized = torch.library.custom_op("twinengine::rmsnorm_fwd_quantized",
+                                             mutates_args=())(_rmsnorm_fwd_quantized_impl)
 
 
 @_rmsnorm_fwd_quantized.register_fake
@@ -194,10 +203,15 @@ def layernorm_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps
                                meta(rng))
         y, mu, rstd = torch.ops.twinengine.layernorm_fwd(x, weight, bias, float(eps), zero_centered_gamma)
         return y, mu, rstd, None
-    call = LAYERNORM_FWD.plan(meta(x), meta(weight), meta(bias), eps, zero_centered_gamma, quantizer, meta(scale),
-                              meta(rng))
-    arrays = torch.ops.twinengine.layernorm_fwd_quantized(x, weight, bias, float(eps), zero_centered_gamma, quantizer, scale,
-                                                          rng)
+    if plain_eager(x, weight, bias, scale, rng):  # no dispatcher, the plan cached
+        call = LAYERNORM_FWD.cached_plan(meta(x), meta(weight), meta(bias), eps, zero_centered_gamma, quantizer,
+                                         meta(scale), meta(rng))
+        arrays = _layernorm_fwd_quantized_impl(x, weight, bias, float(eps), zero_centered_gamma, quantizer, scale, rng)
+    else:
+        call = LAYERNORM_FWD.plan(meta(x), meta(weight), meta(bias), eps, zero_centered_gamma, quantizer, meta(scale),
+                                  meta(rng))
+        arrays = torch.ops.twinengine.layernorm_fwd_quantized(x, weight, bias, float(eps), zero_centered_gamma,
+                                                              quantizer, scale, rng)
     return arrays[0], arrays[1], arrays[2], _quantized(call, arrays, 3, x, quantizer)
 
 
@@ -229,8 +243,14 @@ def rmsnorm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered
         RMSNORM_FWD.validate(meta(x), meta(weight), eps, zero_centered_gamma, None, meta(scale), meta(rng))
         y, rstd = torch.ops.twinengine.rmsnorm_fwd(x, weight, float(eps), zero_centered_gamma)
         return y, rstd, None
-    call = RMSNORM_FWD.plan(meta(x), meta(weight), eps, zero_centered_gamma, quantizer, meta(scale), meta(rng))
-    arrays = torch.ops.twinengine.rmsnorm_fwd_quantized(x, weight, float(eps), zero_centered_gamma, quantizer, scale, rng)
+    if plain_eager(x, weight, scale, rng):  # no dispatcher, the plan cached
+        call = RMSNORM_FWD.cached_plan(meta(x), meta(weight), eps, zero_centered_gamma, quantizer, meta(scale),
+                                       meta(rng))
+        arrays = _rmsnorm_fwd_quantized_impl(x, weight, float(eps), zero_centered_gamma, quantizer, scale, rng)
+    else:
+        call = RMSNORM_FWD.plan(meta(x), meta(weight), eps, zero_centered_gamma, quantizer, meta(scale), meta(rng))
+        arrays = torch.ops.twinengine.rmsnorm_fwd_quantized(x, weight, float(eps), zero_centered_gamma, quantizer,
+                                                            scale, rng)
     return arrays[0], arrays[1], _quantized(call, arrays, 2, x, quantizer)
 
 
