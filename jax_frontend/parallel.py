@@ -23,7 +23,6 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 from jax import lax
 
-from ..ops.activation import GATED_ACTIVATIONS
 from .blocks import layernorm_dense
 from ._ops.dense import dense as _dense
 from .ops import run_ops
@@ -69,24 +68,37 @@ def dense(x, kernel, bias=None, *, parallel_mode: str, tp_axis: str, recipe=None
         return _row(x, kernel, bias, tp_axis, recipe, state, rng)
 
 
+def gated_fc1_for_tp(fc1, tp: int):
+    """The unsharded gated FC1 weight (2·F, H) or bias (2·F,) with rows reordered so that `tp`
+    equal row shards each hold their [gate | linear] halves (rows i·F/tp .. (i+1)·F/tp of both):
+    shard the result with ``P(tp_axis, ...)``. Pure reordering, bytes unchanged.
+
+    Raises:
+        ValueError: F not divisible by `tp`.
+    """
+    rows = fc1.shape[0]
+    if rows % (2 * tp):
+        raise ValueError(f"gated_fc1_for_tp: FC1 rows {rows} are not 2 x a multiple of tp={tp}")
+    halves = fc1.reshape(2, tp, rows // (2 * tp), *fc1.shape[1:])
+    return jnp.swapaxes(halves, 0, 1).reshape(fc1.shape)
+
+
 def layernorm_mlp(x, params: Mapping[str, Any], *, tp_axis: str, normalization: str = "LayerNorm",
                   activation: str = "gelu", eps: float = 1e-5, zero_centered_gamma: bool = False, recipe=None):
     """``twinengine.jax.layernorm_mlp`` with FC1 column-parallel and FC2 row-parallel (TE's
     tensor-parallel LayerNormMLP); call it inside ``jax.shard_map``.
 
     Params (local): the norm's weight/bias whole; ``fc1_weight`` (F/tp, H), ``fc1_bias``
-        (F/tp,); ``fc2_weight`` (H, F/tp), ``fc2_bias`` (H,) whole. Torch layout, as
+        (F/tp,) — for a gated activation (F = 2·ffn) each shard must hold its [gate | linear]
+        rows: shard ``gated_fc1_for_tp(fc1, tp)`` of the unsharded FC1 weight / bias; ``fc2_weight`` (H, F/tp), ``fc2_bias`` (H,) whole. Torch layout, as
         ``layernorm_mlp``. No DelayedScaling state.
     Numerics: norm, FC1, bias and activation shard-local and exact; FC2 as a row-parallel
         ``dense`` (fp32 psum of partials).
     Raises:
-        ValueError: a gated activation (its FC1 halves would be split across shards), no tp_axis.
+        ValueError: no tp_axis.
     """
     _check_mode("parallel.layernorm_mlp", "row", tp_axis)
     act = activation_op(activation)
-    if act.activation in GATED_ACTIVATIONS:
-        raise ValueError(f"parallel.layernorm_mlp: gated activation {activation!r} is not supported: the column "
-                         "shards of FC1 would split its gate and linear halves")
     fc1 = {"weight": params["fc1_weight"], "bias": params.get("fc1_bias")}
     fc1.update({k: params[k] for k in ("layer_norm_weight", "layer_norm_bias") if k in params})
     with _reduction(tp_axis):

@@ -121,24 +121,31 @@ def test_column_parallel_hlo_has_no_all_gather():
 
 
 @needs_8
-def test_layernorm_mlp_tensor_parallel():
+@pytest.mark.parametrize("activation", ["gelu", "swiglu"])
+def test_layernorm_mlp_tensor_parallel(activation):
     m = mesh("tp8")
     rng = np.random.default_rng(3)
     h, f = 128, 512
+    f1 = 2 * f if activation == "swiglu" else f
     params = {"layer_norm_weight": jnp.asarray(rng.standard_normal(h).astype(np.float32)),
               "layer_norm_bias": jnp.asarray(rng.standard_normal(h).astype(np.float32)),
-              "fc1_weight": jnp.asarray((rng.standard_normal((f, h)) / 8).astype(np.float32)),
-              "fc1_bias": jnp.asarray(rng.standard_normal(f).astype(np.float32)),
+              "fc1_weight": jnp.asarray((rng.standard_normal((f1, h)) / 8).astype(np.float32)),
+              "fc1_bias": jnp.asarray(rng.standard_normal(f1).astype(np.float32)),
               "fc2_weight": jnp.asarray((rng.standard_normal((h, f)) / 8).astype(np.float32)),
               "fc2_bias": jnp.asarray(rng.standard_normal(h).astype(np.float32))}
     specs = {"layer_norm_weight": P(), "layer_norm_bias": P(), "fc1_weight": P("tp", None), "fc1_bias": P("tp"),
              "fc2_weight": P(None, "tp"), "fc2_bias": P()}
     x = jnp.asarray(rng.standard_normal((64, h)).astype(np.float32))
     for recipe in (None, Float8CurrentScaling()):
-        fn = jax.jit(jax.shard_map(lambda x, p: parallel.layernorm_mlp(x, p, tp_axis="tp", recipe=recipe), mesh=m,
-                                   in_specs=(P(), specs), out_specs=P()))
-        y = fn(x, params)
-        y_ref = tej.layernorm_mlp(x, params, recipe=recipe)
+        fn = jax.jit(jax.shard_map(lambda x, p: parallel.layernorm_mlp(x, p, tp_axis="tp", activation=activation,
+                                                                       recipe=recipe),
+                                   mesh=m, in_specs=(P(), specs), out_specs=P()))
+        sharded = dict(params)
+        if activation == "swiglu":
+            for k in ("fc1_weight", "fc1_bias"):
+                sharded[k] = parallel.gated_fc1_for_tp(params[k], 8)
+        y = fn(x, sharded)
+        y_ref = tej.layernorm_mlp(x, params, activation=activation, recipe=recipe)
         np.testing.assert_allclose(np.asarray(y), np.asarray(y_ref), rtol=1e-5, atol=1e-5)
 
 
@@ -149,8 +156,8 @@ def test_bad_arguments():
         parallel.dense(x, w, b, parallel_mode="diag", tp_axis="tp")
     with pytest.raises(ValueError, match="tp_axis"):
         parallel.dense(x, w, b, parallel_mode="row", tp_axis=None)
-    with pytest.raises(ValueError, match="gated activation 'swiglu'"):
-        parallel.layernorm_mlp(x, {}, tp_axis="tp", activation="swiglu")
+    with pytest.raises(ValueError, match="FC1 rows 6 are not 2 x a multiple of tp=4"):
+        parallel.gated_fc1_for_tp(jnp.zeros((6, 4)), 4)
 
 
 @pytest.mark.skipif(HAVE_8, reason="runs the file in a subprocess only when JAX here has < 8 devices")
