@@ -2,7 +2,7 @@
 
 from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTensor pytree)
 from ._library import export_disabled_checks
-from . import ops
+from . import ops, parallel, sharding
 from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
@@ -29,6 +29,8 @@ __all__ = [
     "layernorm_dense",
     "layernorm_mlp",
     "ops",
+    "parallel",
+    "sharding",
     "params_from_torch",
     "params_to_torch",
     "rmsnorm",

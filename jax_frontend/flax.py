@@ -57,6 +57,10 @@ class Dense(nn.Module):
     Numerics: exactly ``twinengine.jax.dense`` (bit-identical to twinengine.pytorch.Linear).
     Randomness: recipes with stochastic rounding (NVFP4 gradients) take ``rng`` (uint32 [seed,
         offset]) from the call, or draw one from the module's ``"stochastic_rounding"`` RNG stream.
+    Sharding: with ``logical_axes=True`` kernel / bias carry logical axis names
+        (``nn.with_logical_partitioning``, boxed params): ``kernel_axes`` (default
+        ``("embed", "mlp")``), the bias its last name; map them to mesh axes with
+        ``nn.logical_axis_rules`` / ``nn.logical_to_mesh_sharding``.
     Raises:
         TypeError / ValueError: unsupported recipe, as ``dense``.
     """
@@ -67,11 +71,18 @@ class Dense(nn.Module):
     param_dtype: Any = jnp.float32
     kernel_init: Callable = nn.initializers.lecun_normal()
     bias_init: Callable = nn.initializers.zeros_init()
+    kernel_axes: tuple[str | None, ...] = ("embed", "mlp")
+    logical_axes: bool = False
+
+    def _axes(self, init: Callable, names: tuple) -> Callable:
+        return nn.with_logical_partitioning(init, names) if self.logical_axes else init
 
     @nn.compact
     def __call__(self, x, rng=None):
-        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), self.param_dtype)
-        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+        kernel = self.param("kernel", self._axes(self.kernel_init, self.kernel_axes),
+                            (x.shape[-1], self.features), self.param_dtype)
+        bias = (self.param("bias", self._axes(self.bias_init, self.kernel_axes[-1:]),
+                           (self.features,), self.param_dtype) if self.use_bias else None)
         kernel = kernel.astype(x.dtype)
         bias = None if bias is None else bias.astype(x.dtype)
         recipe = self.recipe if self.recipe is not None else current_recipe()

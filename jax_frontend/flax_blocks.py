@@ -39,6 +39,14 @@ def _lecun(key, shape, dtype):
     return nn.initializers.lecun_normal(in_axis=1, out_axis=0)(key, shape, dtype)
 
 
+def _axes(module: nn.Module, init, *names: str):
+    """`init` with logical axis names (``nn.with_logical_partitioning``) when the module has
+    ``logical_axes=True``: "embed" for the hidden dimension, "mlp" for the projected one
+    (TE-JAX's names); users map them to mesh axes with ``nn.logical_axis_rules``. The params
+    are then ``nn.LogicallyPartitioned`` boxes (``nn.unbox`` / ``nn.get_partition_spec``)."""
+    return nn.with_logical_partitioning(init, names) if module.logical_axes else init
+
+
 class LayerNorm(nn.Module):
     """LayerNorm (or RMSNorm with ``normalization="RMSNorm"``) over the last dimension.
     Params: ``weight``, ``bias`` (LayerNorm only)."""
@@ -47,15 +55,16 @@ class LayerNorm(nn.Module):
     normalization: str = "LayerNorm"
     zero_centered_gamma: bool = False
     param_dtype: Any = jnp.float32
+    logical_axes: bool = False
 
     @nn.compact
     def __call__(self, x):
         hidden = x.shape[-1]
         init = nn.initializers.zeros if self.zero_centered_gamma else nn.initializers.ones
-        weight = self.param("weight", init, (hidden,), self.param_dtype)
+        weight = self.param("weight", _axes(self, init, "embed"), (hidden,), self.param_dtype)
         if normalization_kind(self.normalization) == "rmsnorm":
             return rmsnorm(x, weight, self.epsilon, zero_centered_gamma=self.zero_centered_gamma)
-        bias = self.param("bias", nn.initializers.zeros, (hidden,), self.param_dtype)
+        bias = self.param("bias", _axes(self, nn.initializers.zeros, "embed"), (hidden,), self.param_dtype)
         return layernorm(x, weight, bias, self.epsilon, zero_centered_gamma=self.zero_centered_gamma)
 
 
@@ -64,9 +73,9 @@ class _NormBlock(nn.Module):
 
     def _norm_params(self, hidden: int) -> dict:
         init = nn.initializers.zeros if self.zero_centered_gamma else nn.initializers.ones
-        params = {"layer_norm_weight": self.param("layer_norm_weight", init, (hidden,), self.param_dtype)}
+        params = {"layer_norm_weight": self.param("layer_norm_weight", _axes(self, init, "embed"), (hidden,), self.param_dtype)}
         if normalization_kind(self.normalization) == "layernorm":
-            params["layer_norm_bias"] = self.param("layer_norm_bias", nn.initializers.zeros, (hidden,),
+            params["layer_norm_bias"] = self.param("layer_norm_bias", _axes(self, nn.initializers.zeros, "embed"), (hidden,),
                                                    self.param_dtype)
         return params
 
@@ -106,13 +115,14 @@ class LayerNormDenseGeneral(_NormBlock):
     return_layernorm_output: bool = False
     recipe: Recipe | None = None
     param_dtype: Any = jnp.float32
+    logical_axes: bool = False
 
     @nn.compact
     def __call__(self, x, rngs=None):
         params = self._norm_params(x.shape[-1])
-        params["weight"] = self.param("weight", _lecun, (self.features, x.shape[-1]), self.param_dtype)
+        params["weight"] = self.param("weight", _axes(self, _lecun, "mlp", "embed"), (self.features, x.shape[-1]), self.param_dtype)
         if self.use_bias:
-            params["bias"] = self.param("bias", nn.initializers.zeros, (self.features,), self.param_dtype)
+            params["bias"] = self.param("bias", _axes(self, nn.initializers.zeros, "mlp"), (self.features,), self.param_dtype)
         recipe, state_vars, rngs = self._call_state(("linear",), rngs)
         out = layernorm_dense(x, params, normalization=self.normalization, eps=self.epsilon,
                               zero_centered_gamma=self.zero_centered_gamma,
@@ -136,17 +146,18 @@ class LayerNormMLP(_NormBlock):
     return_layernorm_output: bool = False
     recipe: Recipe | None = None
     param_dtype: Any = jnp.float32
+    logical_axes: bool = False
 
     @nn.compact
     def __call__(self, x, rngs=None):
         hidden = x.shape[-1]
         fc1_width = mlp_widths(self.activation, self.intermediate_dim)
         params = self._norm_params(hidden)
-        params["fc1_weight"] = self.param("fc1_weight", _lecun, (fc1_width, hidden), self.param_dtype)
-        params["fc2_weight"] = self.param("fc2_weight", _lecun, (hidden, self.intermediate_dim), self.param_dtype)
+        params["fc1_weight"] = self.param("fc1_weight", _axes(self, _lecun, "mlp", "embed"), (fc1_width, hidden), self.param_dtype)
+        params["fc2_weight"] = self.param("fc2_weight", _axes(self, _lecun, "embed", "mlp"), (hidden, self.intermediate_dim), self.param_dtype)
         if self.use_bias:
-            params["fc1_bias"] = self.param("fc1_bias", nn.initializers.zeros, (fc1_width,), self.param_dtype)
-            params["fc2_bias"] = self.param("fc2_bias", nn.initializers.zeros, (hidden,), self.param_dtype)
+            params["fc1_bias"] = self.param("fc1_bias", _axes(self, nn.initializers.zeros, "mlp"), (fc1_width,), self.param_dtype)
+            params["fc2_bias"] = self.param("fc2_bias", _axes(self, nn.initializers.zeros, "embed"), (hidden,), self.param_dtype)
         recipe, state_vars, rngs = self._call_state(("fc1", "fc2"), rngs)
         out = layernorm_mlp(x, params, normalization=self.normalization, activation=self.activation,
                             eps=self.epsilon, zero_centered_gamma=self.zero_centered_gamma,

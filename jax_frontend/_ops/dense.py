@@ -16,6 +16,7 @@ from ...ops.gemm import gemm_operand
 from ...recipe import Recipe
 from ..autocast import current_recipe
 from .._library import dtype_name
+from ..sharding import amax_axes, amax_reduction
 from .bias import bias_add, bias_grad
 from .gemm import gemm
 from .quantize import quantize, record_amax, update_delayed_scaling
@@ -71,12 +72,12 @@ _dense.defvjp(_dense_fwd, _dense_bwd)
 
 # ---- quantized --------------------------------------------------------------------------
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _dense_quantized(x, kernel, bias, state, rng, qs: LinearQuantizers):
-    return _dense_quantized_fwd(x, kernel, bias, state, rng, qs)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _dense_quantized(x, kernel, bias, state, rng, qs: LinearQuantizers, axes: tuple[str, ...]):
+    return _dense_quantized_fwd(x, kernel, bias, state, rng, qs, axes)[0]
 
 
-def _dense_quantized_fwd(x, kernel, bias, state, rng, qs: LinearQuantizers):
+def _dense_quantized_fwd(x, kernel, bias, state, rng, qs: LinearQuantizers, axes: tuple[str, ...]):
     w = kernel.T
     x2 = x.reshape(-1, x.shape[-1])
     fwd_scale = state["fwd_scale"] if qs.delayed else None
@@ -95,7 +96,13 @@ def _dense_quantized_fwd(x, kernel, bias, state, rng, qs: LinearQuantizers):
     return (y, new_state), residuals
 
 
-def _dense_quantized_bwd(qs: LinearQuantizers, res, cotangents):
+def _dense_quantized_bwd(qs: LinearQuantizers, axes: tuple[str, ...], res, cotangents):
+    # the backward is traced after the forward's amax_reduction region has closed: re-enter it
+    with amax_reduction(axes):
+        return _dense_quantized_bwd_in_region(qs, res, cotangents)
+
+
+def _dense_quantized_bwd_in_region(qs: LinearQuantizers, res, cotangents):
     (x_col, x_col_scale, x_col_amax, w_col, w_col_scale, w_col_amax, x_tag, w_tag, bias_tag, state, rng) = res
     dy = cotangents[0]
     dy2 = dy.reshape(-1, dy.shape[-1])
@@ -148,6 +155,6 @@ def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | N
     rng = jnp.asarray(rng) if qs.needs_rng else None
     if qs.delayed:
         check_delayed_state(None if state is None else state["fwd_amax_history"].shape[0], qs)
-        return _dense_quantized(x, kernel, bias, state, rng, qs)
-    y, _ = _dense_quantized(x, kernel, bias, None, rng, qs)
+        return _dense_quantized(x, kernel, bias, state, rng, qs, amax_axes())
+    y, _ = _dense_quantized(x, kernel, bias, None, rng, qs, amax_axes())
     return y

@@ -3,6 +3,7 @@ Shapes, checks and errors come from core/ops/quantize.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -12,8 +13,9 @@ from jax import lax
 from ...ops.quantize import (DEQUANTIZE, F32_ABS_MASK, F32_INF_BITS, QUANTIZE, UPDATE_DELAYED_SCALING,
                              quantized_layout, validate_quantize_into, validate_record_amax)
 from ...quantized_tensor import QuantizedTensor
-from ...quantizers import Quantizer
+from ...quantizers import Float8DelayedScalingQuantizer, Quantizer
 from .._library import dtype_name, ffi, jax_dtype, meta
+from ..sharding import amax_axes, reduce_amax, scale_from_amax
 
 
 def quantize(x, quantizer: Quantizer, *, scale=None, rng=None) -> QuantizedTensor:
@@ -27,15 +29,45 @@ def quantize(x, quantizer: Quantizer, *, scale=None, rng=None) -> QuantizedTenso
         frontends, and a new value is a new input, not a recompile.
     Numerics: bit for bit NUMERICS.md; identical bytes to ``twinengine.pytorch.quantize``.
         Under vmap each batch element is quantized on its own.
+    Sharded (inside ``shard_map`` under ``twinengine.jax.sharding.amax_reduction(axes)``):
+        per-tensor amaxes are ``pmax``-ed over `axes` before the scale is formed, so each
+        shard's bytes are the matching part of the unsharded result (NUMERICS.md §12).
     Raises:
-        TypeError / ValueError: from the shared core checks.
+        TypeError / ValueError: from the shared core checks; NVFP4 under an amax reduction.
     """
     x = jnp.asarray(x)
+    axes = amax_axes()
+    if axes and quantizer.scaling_mode in ("fp8_current", "fp8_delayed", "nvfp4"):
+        return _quantize_reduced(x, quantizer, scale, rng, axes)
+    return _quantize_local(x, quantizer, scale, rng)
+
+
+def _quantize_local(x, quantizer: Quantizer, scale, rng) -> QuantizedTensor:
     call = QUANTIZE.cached_plan(meta(x), quantizer, meta(scale), meta(rng))
     arrays = {"x": x, "scale": scale, "rng": rng}
     outputs = ffi(call, [arrays[name] for name in call.inputs])
     fields = {spec.name: array for spec, array in zip(call.outputs, outputs)}
     return QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(x.shape), dtype=dtype_name(x.dtype))
+
+
+def _quantize_reduced(x, quantizer: Quantizer, scale, rng, axes) -> QuantizedTensor:
+    """Per-tensor quantize of a shard with the amax of the whole (sharded) tensor: delayed
+    scaling uses the given scale and only reduces the reported amax; current scaling takes the
+    shard's amax from the kernel, reduces it, forms the scale by NUMERICS.md §2 and quantizes
+    with that scale (the delayed-scaling kernel: same cast, same 1/s)."""
+    if quantizer.scaling_mode == "nvfp4":
+        raise ValueError("quantize: NVFP4 under an amax_reduction is not supported: its kernel forms the global "
+                         "amax itself and takes none as input; quantize NVFP4 tensors unsharded")
+    if quantizer.scaling_mode == "fp8_delayed":
+        qt = _quantize_local(x, quantizer, scale, rng)
+        return dataclasses.replace(qt, amax=reduce_amax(qt.amax, axes))
+    amax = reduce_amax(_quantize_local(x, quantizer.with_usage(rowwise=True, columnwise=False), None, None).amax,
+                       axes)
+    s = scale_from_amax(amax, quantizer)
+    delayed = Float8DelayedScalingQuantizer(quantizer.fp8_dtype, rowwise=quantizer.rowwise,
+                                            columnwise=quantizer.columnwise)
+    qt = _quantize_local(x, delayed, s, None)
+    return dataclasses.replace(qt, amax=amax, quantizer=quantizer)
 
 
 def dequantize(qt: QuantizedTensor, dtype=jnp.float32, *, columnwise: bool = False):

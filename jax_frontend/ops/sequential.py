@@ -18,6 +18,7 @@ from ...fusion import (KernelGroup, check_extra_inputs, check_sequential, plan, 
 from ...quantized_tensor import QuantizedTensor
 from .._ops.activation import activation_bwd_dbias
 from ..autocast import current_recipe
+from ..sharding import amax_axes, amax_reduction
 from .linear import Linear
 from .op import BasicOperation, OpContext
 
@@ -196,7 +197,14 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
     def run(x, params, call_arrays, extra):
         return forward(x, params, call_arrays, extra)[0]
 
-    run.defvjp(forward, backward)
+    axes = amax_axes()
+
+    def backward_in_region(*args):
+        # traced after the caller's amax_reduction region has closed: re-enter it
+        with amax_reduction(axes):
+            return backward(*args)
+
+    run.defvjp(forward, backward_in_region)
     params = tuple(tuple(p) for p in params)
     y, extras, state_out = run(x, params, arrays, tuple(extra_inputs))
     out = (y, *extras) if extras else y
