@@ -1,0 +1,258 @@
+"""Worker side of tests/pytorch/test_distributed.py (importable by the spawned processes, as the
+other *_cases.py helpers): every case runs inside a gloo group on 127.0.0.1 and reports its
+failure text back (None when it passed)."""
+
+import datetime
+import os
+import socket
+import tempfile
+import traceback
+
+import torch
+import torch.multiprocessing as mp
+
+RECIPES = ("high_precision", "delayed", "fp8_current", "mxfp8", "fp8_block")
+LAYOUTS = ("column", "column_sp", "row", "row_sp")
+COMPILED = (("fp8_current", "column_sp"), ("delayed", "row"))
+SEQ, STEPS = 128, 2
+OTHER_CASES = ("amax_reduction_current", "delayed_dp_histories", "nvfp4_tp_raises", "bad_arguments")
+
+
+def _recipe(name):
+    from twinengine import recipe as R
+    return {"high_precision": None, "delayed": R.DelayedScaling(amax_history_len=4, margin=1),
+            "fp8_current": R.Float8CurrentScaling(), "mxfp8": R.MXFP8BlockScaling(),
+            "fp8_block": R.Float8BlockScaling(), "nvfp4": R.NVFP4BlockScaling()}[name]
+
+
+def case_names(world):
+    names = [f"{r}-{l}-eager" for r in RECIPES for l in LAYOUTS]
+    if world == 2:
+        names += [f"{r}-{l}-compiled" for r, l in COMPILED]
+    return names + list(OTHER_CASES)
+
+
+# ---- inside the workers --------------------------------------------------------------------
+
+def _exact(name, got, want):
+    if not torch.equal(got, want):
+        diff = (got.float() - want.float()).abs().max().item()
+        raise AssertionError(f"{name}: not bit-identical (max abs diff {diff})")
+
+
+def _exact_slice(name, got, want):
+    """A slice of a GEMM output: bit-identical by NUMERICS §8's batch invariance (the GEMM giving
+    each output element the same bytes whatever the other rows / columns). Debug only:
+    TWE_DIST_SLICE_TOL=1 compares with the summation-order tolerance instead."""
+    if os.environ.get("TWE_DIST_SLICE_TOL"):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name}: {m}")
+    else:
+        _exact(name, got, want)
+
+
+def _close(name, got, want):
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def _reference(recipe, w, b, xs, dys):
+    """The single-process layer over the whole tensors: per step y, dx, dw, db and the scales."""
+    import twinengine.pytorch as te
+    layer = te.Linear(w.shape[1], w.shape[0], amax_history_len=4)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer.bias.copy_(b)
+    steps = []
+    for x, dy in zip(xs, dys):
+        x = x.clone().requires_grad_(True)
+        layer.zero_grad()
+        with te.autocast(recipe, enabled=recipe is not None):
+            y = layer(x)
+        y.backward(dy)
+        steps.append((y.detach(), x.grad, layer.weight.grad.clone(), layer.bias.grad.clone(),
+                      layer.fwd_scale.clone(), layer.bwd_scale.clone()))
+    return steps
+
+
+def _tp_case(rank, world, recipe_name, layout, compiled):
+    import twinengine.pytorch as te
+    group = torch.distributed.group.WORLD
+    torch.manual_seed(0)
+    recipe = _recipe(recipe_name)
+    mode, sp = layout.split("_")[0], layout.endswith("_sp")
+    k, n = 256 * world // 2, 256 * world // 2  # a shard of 128 features: whole FP8 blocks
+    gen = torch.Generator().manual_seed(7)
+    w = torch.randn(n, k, generator=gen) / 16
+    b = torch.randn(n, generator=gen)
+    xs = [torch.randn(SEQ, k, generator=gen) * (1 + i) for i in range(STEPS)]
+    dys = [torch.randn(SEQ, n, generator=gen) * (1 + i) for i in range(STEPS)]
+    ref = _reference(recipe, w, b, xs, dys)
+    layer = te.Linear(k, n, amax_history_len=4, tp_group=group, tp_size=world, parallel_mode=mode,
+                      sequence_parallel=sp)
+    feat = slice(rank * n // world, (rank + 1) * n // world) if mode == "column" else slice(
+        rank * k // world, (rank + 1) * k // world)
+    seq = slice(rank * SEQ // world, (rank + 1) * SEQ // world)
+    with torch.no_grad():
+        layer.weight.copy_(w[feat] if mode == "column" else w[:, feat])
+        layer.bias.copy_(b[feat] if mode == "column" else b)
+    run = torch.compile(layer, fullgraph=True) if compiled else layer
+    for step, (x, dy, (y_ref, dx_ref, dw_ref, db_ref, fwd_scale, bwd_scale)) in enumerate(zip(xs, dys, ref)):
+        tag = f"step {step}"
+        if mode == "column":
+            x_in = (x[seq] if sp else x).clone().requires_grad_(True)
+            dy_in = dy[:, feat]
+        else:
+            x_in = x[:, feat].clone().requires_grad_(True)
+            dy_in = dy[seq] if sp else dy
+        layer.zero_grad()
+        with te.autocast(recipe, enabled=recipe is not None):
+            y = run(x_in)
+        y.backward(dy_in)
+        if mode == "column":
+            _exact_slice(f"{tag} y", y.detach(), y_ref[:, feat])
+            _close(f"{tag} dx", x_in.grad, dx_ref[seq] if sp else dx_ref)
+            _exact_slice(f"{tag} dw", layer.weight.grad, dw_ref[feat])
+            _exact(f"{tag} db", layer.bias.grad, db_ref[feat])
+        else:
+            _close(f"{tag} y", y.detach(), y_ref[seq] if sp else y_ref)
+            _exact_slice(f"{tag} dx", x_in.grad, dx_ref[:, feat])
+            _exact_slice(f"{tag} dw", layer.weight.grad, dw_ref[:, feat])
+            if sp:  # each rank's bias gradient covers its own rows; their sum is the whole one
+                summed = layer.bias.grad.clone()
+                torch.distributed.all_reduce(summed, group=group)
+                _close(f"{tag} db (summed over ranks)", summed, db_ref)
+            else:
+                _exact(f"{tag} db", layer.bias.grad, db_ref)
+        _exact(f"{tag} fwd_scale", layer.fwd_scale, fwd_scale)
+        _exact(f"{tag} bwd_scale", layer.bwd_scale, bwd_scale)
+
+
+def _amax_reduction_current(rank, world):
+    """autocast(amax_reduction_group=...): each rank's x quantizes to its rows of the whole
+    tensor's quantization (the global scale), and linear's output rows equal the whole run's."""
+    import twinengine.pytorch as te
+    from twinengine import recipe as R
+    from twinengine.pytorch.distributed import quantize_reduced
+    group = torch.distributed.group.WORLD
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.randn(32, 64, generator=gen) * (r + 1) for r in range(world)]  # a different amax per rank
+    q = R.Float8CurrentScaling().quantizer("input")
+    whole = te.quantize(torch.cat(xs), q)
+    mine = quantize_reduced(xs[rank], q, group.group_name)
+    _exact("scale_inv", mine.rowwise_scale_inv, whole.rowwise_scale_inv)
+    _exact("amax", mine.amax, whole.amax)
+    rows = slice(rank * 32, (rank + 1) * 32)
+    _exact("rowwise data", mine.rowwise_data.view(torch.uint8), whole.rowwise_data[rows].view(torch.uint8))
+    _exact("columnwise data", mine.columnwise_data.view(torch.uint8),
+           whole.columnwise_data[:, rows].view(torch.uint8))
+    w = torch.randn(48, 64, generator=gen)
+    with te.autocast(R.Float8CurrentScaling(), amax_reduction_group=group):
+        y = te.linear(xs[rank], w)
+    with te.autocast(R.Float8CurrentScaling()):
+        y_whole = te.linear(torch.cat(xs), w)
+    _exact_slice("linear output rows", y, y_whole[rows])
+
+
+def _delayed_dp_histories(rank, world):
+    """DelayedScaling with data parallelism: the amax histories and scales stay identical on
+    every rank and equal the single-process run over the concatenated batch."""
+    import twinengine.pytorch as te
+    from twinengine import recipe as R
+    group = torch.distributed.group.WORLD
+    recipe = R.DelayedScaling(amax_history_len=4)
+    gen = torch.Generator().manual_seed(5)
+    layers = [te.Linear(64, 32, amax_history_len=4) for _ in range(2)]
+    with torch.no_grad():
+        layers[1].load_state_dict(layers[0].state_dict())
+    for step in range(3):
+        xs = [torch.randn(16, 64, generator=gen) * (r + step + 1) for r in range(world)]
+        dys = [torch.randn(16, 32, generator=gen) * (world - r) for r in range(world)]
+        with te.autocast(recipe, amax_reduction_group=group):
+            layers[0](xs[rank]).backward(dys[rank])
+        with te.autocast(recipe):
+            layers[1](torch.cat(xs)).backward(torch.cat(dys))
+    for name in ("fwd_amax_history", "bwd_amax_history", "fwd_scale", "bwd_scale"):
+        mine = getattr(layers[0], name)
+        gathered = [torch.empty_like(mine) for _ in range(world)]
+        torch.distributed.all_gather(gathered, mine, group=group)
+        for other in gathered:
+            _exact(f"{name} across ranks", other, mine)
+        _exact(f"{name} vs the whole batch", mine, getattr(layers[1], name))
+
+
+def _expect_error(name, fn, exc_type, text):
+    try:
+        fn()
+    except exc_type as error:
+        if text not in str(error):
+            raise AssertionError(f"{name}: error text {str(error)!r} lacks {text!r}") from None
+        return
+    raise AssertionError(f"{name}: no {exc_type.__name__} raised")
+
+
+def _nvfp4_tp_raises(rank, world):
+    import twinengine.pytorch as te
+    layer = te.Linear(64, 64, tp_group=torch.distributed.group.WORLD, tp_size=world, parallel_mode="column")
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
+
+    def run():
+        with te.autocast(_recipe("nvfp4")):
+            layer.to(torch.bfloat16)(x)
+    _expect_error("nvfp4", run, TypeError, "NVFP4's global amax is not reduced")
+
+
+def _bad_arguments(rank, world):
+    import twinengine.pytorch as te
+    group = torch.distributed.group.WORLD
+    _expect_error("indivisible", lambda: te.Linear(64, 30 * world + 1, tp_group=group, tp_size=world,
+                                                   parallel_mode="column"), ValueError, "out_features=")
+    _expect_error("row indivisible", lambda: te.Linear(3, 64, tp_group=group, tp_size=world, parallel_mode="row"),
+                  ValueError, "in_features=3 is not divisible by tp_size")
+    _expect_error("tp_size", lambda: te.Linear(64, 64, tp_group=group, tp_size=world + 1, parallel_mode="row"),
+                  ValueError, f"tp_size={world + 1} does not match the tp_group's size {world}")
+    _expect_error("sp without group", lambda: te.Linear(64, 64, parallel_mode="row", sequence_parallel=True),
+                  ValueError, "sequence_parallel=True needs a tp_group")
+    _expect_error("mode", lambda: te.Linear(64, 64, tp_group=group, tp_size=world, parallel_mode="rows"),
+                  ValueError, "parallel_mode must be")
+    layer = te.Linear(64, 64, tp_group=group, tp_size=world, parallel_mode="row", sequence_parallel=True)
+    _expect_error("sequence", lambda: layer(torch.randn(world * 4 + 1, 64 // world)), ValueError,
+                  "sequence dimension")
+
+
+def _worker(rank, world, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    results = {}
+    try:
+        for name in os.environ.get("TWE_DIST_CASES", "").split(",") if os.environ.get("TWE_DIST_CASES") else case_names(world):
+            try:
+                parts = name.split("-")
+                if len(parts) == 3:
+                    _tp_case(rank, world, parts[0], parts[1], parts[2] == "compiled")
+                else:
+                    globals()[f"_{name}"](rank, world)
+                results[name] = None
+            except Exception:  # reported back to the test as the case's failure text
+                results[name] = traceback.format_exc(limit=6)
+            torch.distributed.barrier()
+    finally:
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.distributed.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_RESULTS = {}
+
+
+def results(world):
+    """Per rank, {case: failure text or None}, spawning the group of `world` processes once."""
+    if world not in _RESULTS:
+        with tempfile.TemporaryDirectory() as out_dir:
+            mp.spawn(_worker, args=(world, _free_port(), out_dir), nprocs=world, join=True)
+            _RESULTS[world] = [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world)]
+    return _RESULTS[world]
