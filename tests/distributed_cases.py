@@ -34,10 +34,16 @@ def case_names(world):
 
 # ---- inside the workers --------------------------------------------------------------------
 
+_FAILS = []
+"""A case's failed comparisons: collected, not raised, so that every rank runs the same
+collectives whatever fails (a raise on one rank would leave the others waiting); the worker
+raises them at the end of the case."""
+
+
 def _exact(name, got, want):
     if not torch.equal(got, want):
         diff = (got.float() - want.float()).abs().max().item()
-        raise AssertionError(f"{name}: not bit-identical (max abs diff {diff})")
+        _FAILS.append(f"{name}: not bit-identical (max abs diff {diff})")
 
 
 def _exact_slice(name, got, want):
@@ -45,13 +51,16 @@ def _exact_slice(name, got, want):
     each output element the same bytes whatever the other rows / columns). Debug only:
     TWE_DIST_SLICE_TOL=1 compares with the summation-order tolerance instead."""
     if os.environ.get("TWE_DIST_SLICE_TOL"):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name}: {m}")
+        _close(name, got, want, 1e-4)
     else:
         _exact(name, got, want)
 
 
-def _close(name, got, want):
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+def _close(name, got, want, tol=1e-5):
+    try:
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol, msg=lambda m: f"{name}: {m}")
+    except AssertionError as error:
+        _FAILS.append(str(error))
 
 
 def _reference(recipe, w, b, xs, dys):
@@ -231,9 +240,12 @@ def _worker(rank, world, port, out_dir):
                     _tp_case(rank, world, parts[0], parts[1], parts[2] == "compiled")
                 else:
                     globals()[f"_{name}"](rank, world)
+                if _FAILS:
+                    raise AssertionError("\n".join(_FAILS))
                 results[name] = None
             except Exception:  # reported back to the test as the case's failure text
                 results[name] = traceback.format_exc(limit=6)
+            _FAILS.clear()
             torch.distributed.barrier()
     finally:
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
