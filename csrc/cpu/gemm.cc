@@ -1,12 +1,18 @@
-// CPU kernel of the gemm family: operands widened to fp32 panels, partial sums from the bundled
-// OpenBLAS sgemm (single-threaded inside our row-chunk workers), block scaling and the epilogue
-// in loops; value math is in numerics.h.
-#include <cblas.h>
+// CPU kernel of the gemm family: operands widened to fp32 panels, partial sums from our blocked
+// FMA micro-kernels (AVX-512 / AVX2+FMA / scalar fmaf, chosen at run time, identical bytes: one
+// sequential FMA chain over K per output element, §8 batch invariance), block scaling and the
+// epilogue in loops; value math is in numerics.h.
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "internal/cpu.h"
@@ -66,37 +72,169 @@ const float* widen(const TweGemmOperand& op, TweGemmScaling scaling, std::vector
   return buffer.data();
 }
 
-/*! A widened operand: rows [r0, ...) of K-slice [k0, ...) start at `at(r0, k0)`, leading dimension ld(). */
+/*! A widened operand: element (r, k) at data[r * k + k] (K-major) or data[k * rows + r]. */
 struct Panel {
   const float* data;
   bool k_major;
   int64_t rows;
   int64_t k;
-  const float* at(int64_t r0, int64_t k0) const { return k_major ? data + r0 * k + k0 : data + k0 * rows + r0; }
-  int64_t ld() const { return k_major ? k : rows; }
-  int64_t k_step() const { return k_major ? 1 : rows; }  // distance between consecutive K indices
+  int64_t row_step() const { return k_major ? k : 1; }
+  int64_t k_step() const { return k_major ? 1 : rows; }
 };
 
-CBLAS_TRANSPOSE a_trans(const Panel& a) { return a.k_major ? CblasNoTrans : CblasTrans; }
-CBLAS_TRANSPOSE b_trans(const Panel& b) { return b.k_major ? CblasTrans : CblasNoTrans; }
+// ---------------------------------------------------------------------------------------------
+// Micro-kernels. Every output element is one fp32 FMA chain over K in increasing order:
+//   c = +0; for k: c = fma(a[i][k], b[j][k], c)
+// (single rounding per step, explicit FMA instructions or fmaf in every variant), so its bytes
+// do not depend on the tile, the ISA, M, N or the thread count (§8 batch invariance). The
+// K-blocking below continues the same chain: a tile's accumulators are stored in fp32 and
+// reloaded unchanged for the next K-block.
 
-/*! c (m_len, n) = A[r0:r0+m_len, k0:k0+len] · B[:, k0:k0+len]ᵀ, row-major, overwritten. */
-void partial_product(const Panel& a, const Panel& b, int64_t r0, int64_t m_len, int64_t k0, int64_t len, int64_t n,
-                     float* c) {
-  scipy_cblas_sgemm(CblasRowMajor, a_trans(a), b_trans(b), static_cast<blasint>(m_len), static_cast<blasint>(n),
-                    static_cast<blasint>(len), 1.0f, a.at(r0, k0), static_cast<blasint>(a.ld()), b.at(0, k0),
-                    static_cast<blasint>(b.ld()), 0.0f, c, static_cast<blasint>(n));
+/*! C tile (mr × nr, leading dimension ldc) [+]= Σ_k Ap[k][0:mr] ⊗ Bp[k][0:nr], chain per element. */
+using MicroKernel = void (*)(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, bool zero);
+
+struct KernelShape {
+  MicroKernel fn;
+  int64_t mr;
+  int64_t nr;
+};
+
+constexpr int64_t kScalarMr = 4, kScalarNr = 4;
+void kernel_scalar(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, bool zero) {
+  float acc[kScalarMr][kScalarNr];
+  for (int64_t i = 0; i < kScalarMr; ++i)
+    for (int64_t j = 0; j < kScalarNr; ++j) acc[i][j] = zero ? 0.0f : c[i * ldc + j];
+  for (int64_t k = 0; k < kc; ++k) {
+    for (int64_t i = 0; i < kScalarMr; ++i) {
+      const float a = ap[k * kScalarMr + i];
+      for (int64_t j = 0; j < kScalarNr; ++j) acc[i][j] = std::fma(a, bp[k * kScalarNr + j], acc[i][j]);
+    }
+  }
+  for (int64_t i = 0; i < kScalarMr; ++i)
+    for (int64_t j = 0; j < kScalarNr; ++j) c[i * ldc + j] = acc[i][j];
 }
 
-/*! `count` consecutive full K-blocks of length `block` starting at block `first`: partial[j] (rows, n). */
-void block_partials(const Panel& a, const Panel& b, int64_t r0, int64_t rows, int64_t n, int64_t block, int64_t first,
-                    int64_t count, float* partial) {
-  scipy_cblas_sgemm_batch_strided(
-      CblasRowMajor, a_trans(a), b_trans(b), static_cast<blasint>(rows), static_cast<blasint>(n),
-      static_cast<blasint>(block), 1.0f, a.at(r0, first * block), static_cast<blasint>(a.ld()),
-      static_cast<blasint>(block * a.k_step()), b.at(0, first * block), static_cast<blasint>(b.ld()),
-      static_cast<blasint>(block * b.k_step()), 0.0f, partial, static_cast<blasint>(n),
-      static_cast<blasint>(rows * n), static_cast<blasint>(count));
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TWE_GEMM_X86 1
+constexpr int64_t kAvx2Mr = 6, kAvx2Nr = 16;
+__attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* ap, const float* bp, float* c,
+                                                      int64_t ldc, bool zero) {
+  __m256 acc[kAvx2Mr][2];
+  for (int i = 0; i < kAvx2Mr; ++i) {
+    acc[i][0] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(c + i * ldc);
+    acc[i][1] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(c + i * ldc + 8);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(bp + k * kAvx2Nr), b1 = _mm256_loadu_ps(bp + k * kAvx2Nr + 8);
+    for (int i = 0; i < kAvx2Mr; ++i) {
+      const __m256 a = _mm256_broadcast_ss(ap + k * kAvx2Mr + i);
+      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < kAvx2Mr; ++i) {
+    _mm256_storeu_ps(c + i * ldc, acc[i][0]);
+    _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+  }
+}
+
+constexpr int64_t kAvx512Mr = 8, kAvx512Nr = 32;
+__attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* ap, const float* bp, float* c,
+                                                       int64_t ldc, bool zero) {
+  __m512 acc[kAvx512Mr][2];
+  for (int i = 0; i < kAvx512Mr; ++i) {
+    acc[i][0] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + i * ldc);
+    acc[i][1] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + i * ldc + 16);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(bp + k * kAvx512Nr), b1 = _mm512_loadu_ps(bp + k * kAvx512Nr + 16);
+    for (int i = 0; i < kAvx512Mr; ++i) {
+      const __m512 a = _mm512_set1_ps(ap[k * kAvx512Mr + i]);
+      acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < kAvx512Mr; ++i) {
+    _mm512_storeu_ps(c + i * ldc, acc[i][0]);
+    _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
+  }
+}
+#endif
+
+/*! The widest micro-kernel this CPU runs (chosen once); TWE_GEMM_ISA=scalar|avx2|avx512 overrides
+ *  it (tests compare the variants' bytes). */
+KernelShape select_kernel() {
+  const char* forced = std::getenv("TWE_GEMM_ISA");
+  const std::string want = forced ? forced : "";
+#ifdef TWE_GEMM_X86
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx512 && (want.empty() || want == "avx512")) return {kernel_avx512, kAvx512Mr, kAvx512Nr};
+  if (avx2 && (want.empty() || want == "avx512" || want == "avx2")) return {kernel_avx2, kAvx2Mr, kAvx2Nr};
+#endif
+  return {kernel_scalar, kScalarMr, kScalarNr};
+}
+
+const KernelShape& kernel_shape() {
+  static const KernelShape shape = select_kernel();
+  return shape;
+}
+
+// K-block of the high-precision / per-tensor chain (a packed B tile of kKc × nr floats stays in L1).
+constexpr int64_t kKc = 256;
+
+/*! dst[k][0:mr] = panel rows [r0, r0 + mr) at K [k0, k0 + kc); rows past `rows` are zero. */
+void pack(const Panel& p, int64_t r0, int64_t mr, int64_t k0, int64_t kc, float* dst) {
+  const int64_t live = std::min(mr, p.rows - r0);
+  const int64_t rs = p.row_step(), ks = p.k_step();
+  const float* src = p.data + r0 * rs + k0 * ks;
+  if (live < mr) std::fill(dst, dst + kc * mr, 0.0f);
+  if (p.k_major) {
+    for (int64_t r = 0; r < live; ++r)
+      for (int64_t k = 0; k < kc; ++k) dst[k * mr + r] = src[r * rs + k];
+  } else {
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t r = 0; r < live; ++r) dst[k * mr + r] = src[k * ks + r];
+  }
+}
+
+/*! Workspace of one worker: packed A row-tiles, one packed B tile, an edge tile. */
+struct KernelBuffers {
+  std::vector<float> a_packed;
+  std::vector<float> b_packed;
+  std::vector<float> edge;
+};
+
+/*! c (rows, n) [+]= A[r0:r0+rows, k0:k0+kc] · B[:, k0:k0+kc]ᵀ, one FMA chain per element continued
+ *  from c (zero: started at +0). */
+void chain_product(const Panel& a, const Panel& b, int64_t r0, int64_t rows, int64_t k0, int64_t kc, int64_t n,
+                   float* c, bool zero, KernelBuffers& buf) {
+  const KernelShape& ks = kernel_shape();
+  const int64_t mr = ks.mr, nr = ks.nr;
+  const int64_t m_tiles = ceil_div(rows, mr);
+  buf.a_packed.resize(static_cast<size_t>(m_tiles * mr * kc));
+  buf.b_packed.resize(static_cast<size_t>(nr * kc));
+  buf.edge.resize(static_cast<size_t>(mr * nr));
+  // Rows past this chunk's end are computed and discarded (edge tiles copy only live rows).
+  for (int64_t t = 0; t < m_tiles; ++t) pack(a, r0 + t * mr, mr, k0, kc, buf.a_packed.data() + t * mr * kc);
+  for (int64_t j0 = 0; j0 < n; j0 += nr) {
+    const int64_t cols = std::min(nr, n - j0);
+    pack(b, j0, nr, k0, kc, buf.b_packed.data());
+    for (int64_t t = 0; t < m_tiles; ++t) {
+      const int64_t i0 = t * mr, live = std::min(mr, rows - i0);
+      float* ct = c + i0 * n + j0;
+      if (live == mr && cols == nr) {
+        ks.fn(kc, buf.a_packed.data() + t * mr * kc, buf.b_packed.data(), ct, n, zero);
+        continue;
+      }
+      float* e = buf.edge.data();
+      if (!zero)
+        for (int64_t i = 0; i < live; ++i) std::copy(ct + i * n, ct + i * n + cols, e + i * nr);
+      ks.fn(kc, buf.a_packed.data() + t * mr * kc, buf.b_packed.data(), e, nr, zero);
+      for (int64_t i = 0; i < live; ++i) std::copy(e + i * nr, e + i * nr + cols, ct + i * n);
+    }
+  }
 }
 
 /*! out rows = round(acc (+ bias)) to the output dtype. */
@@ -128,10 +266,9 @@ TweStatus write_rows(const GemmArgs& args, const float* acc, int64_t r0, int64_t
   });
 }
 
-// Row chunks depend on the shape only, so results do not depend on the thread count. A block
-// format computes the partials of up to kPartialFloats floats of K-blocks per batched sgemm.
-constexpr int64_t kRowChunk = 256;
-constexpr int64_t kPartialFloats = int64_t{1} << 21;
+// Row chunks are the unit of work of one thread (a multiple of every micro-kernel's row tile);
+// results do not depend on them (one chain per element).
+constexpr int64_t kRowChunk = 96;
 
 // The scale-accumulate loop is elementwise (no contraction: -ffp-contract=off), so its wider
 // vector clones give the same bytes as the baseline one.
@@ -149,49 +286,39 @@ TWE_VECTOR_CLONES void scale_accumulate(float* acc, const float* p, float sa, co
 /*! Per-worker buffers of the block-scaled path. */
 struct BlockBuffers {
   std::vector<float> partial;
-  std::vector<float> scale_a;
+  KernelBuffers kernel;
 };
 
 /*! Accumulators of rows [r0, r0 + rows) of a block format: Σ_blocks fl(fl(p · s_a) · s_b) in K
- *  order; scale_b holds every block's B scales, (blocks, n). */
+ *  order, each block's partial p one FMA chain from +0 over the block; scale_b holds every
+ *  block's B scales, (blocks, n). */
 void block_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r0, int64_t rows, float* acc,
                 BlockBuffers& buf, const std::vector<float>& scale_b) {
   const int64_t n = args.n, block = gemm_block_length(args.scaling);
-  const int64_t blocks = ceil_div(args.k, block), full = args.k / block;
-  const int64_t group = std::max<int64_t>(1, std::min(blocks, kPartialFloats / std::max<int64_t>(1, rows * n)));
+  const int64_t blocks = ceil_div(args.k, block);
   const int64_t a_stride = cols(args.a->scale_inv);
-  buf.partial.resize(static_cast<size_t>(group * rows * n));
-  buf.scale_a.resize(static_cast<size_t>(group * rows));
+  buf.partial.resize(static_cast<size_t>(rows * n));
   std::fill(acc, acc + rows * n, 0.0f);
-  for (int64_t first = 0; first < blocks; first += group) {
-    const int64_t count = std::min(group, blocks - first);
-    const int64_t full_count = std::max<int64_t>(0, std::min(count, full - first));
-    if (full_count > 0) block_partials(a, b, r0, rows, n, block, first, full_count, buf.partial.data());
-    if (full_count < count) {  // the last, shorter block
-      partial_product(a, b, r0, rows, full * block, args.k - full * block, n,
-                      buf.partial.data() + full_count * rows * n);
-    }
-    for (int64_t j = 0; j < count; ++j) {
-      for (int64_t i = 0; i < rows; ++i) {
-        buf.scale_a[j * rows + i] = gemm_block_scale(args.scaling, *args.a, a_stride, r0 + i, first + j);
-      }
-    }
+  for (int64_t j = 0; j < blocks; ++j) {
+    const int64_t k0 = j * block, len = std::min(block, args.k - k0);
+    chain_product(a, b, r0, rows, k0, len, n, buf.partial.data(), true, buf.kernel);
     for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < count; ++j) {
-        scale_accumulate(acc + i * n, buf.partial.data() + (j * rows + i) * n, buf.scale_a[j * rows + i],
-                         scale_b.data() + (first + j) * n, n);
-      }
+      scale_accumulate(acc + i * n, buf.partial.data() + i * n,
+                       gemm_block_scale(args.scaling, *args.a, a_stride, r0 + i, j), scale_b.data() + j * n, n);
     }
   }
 }
 
-/*! Accumulators of rows [r0, r0 + rows) of the other formats: one fp32 sum over K. */
-void full_k_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r0, int64_t rows, float* acc) {
+/*! Accumulators of rows [r0, r0 + rows) of the other formats: one FMA chain over K per element. */
+void full_k_rows(const GemmArgs& args, const Panel& a, const Panel& b, int64_t r0, int64_t rows, float* acc,
+                 KernelBuffers& buf) {
   if (args.k == 0) {
     std::fill(acc, acc + rows * args.n, 0.0f);
     return;
   }
-  partial_product(a, b, r0, rows, 0, args.k, args.n, acc);
+  for (int64_t k0 = 0; k0 < args.k; k0 += kKc) {
+    chain_product(a, b, r0, rows, k0, std::min(kKc, args.k - k0), args.n, acc, k0 == 0, buf);
+  }
 }
 
 /*! The whole-tensor factors applied after accumulation: per-tensor FP8 scale_inv, NVFP4 S_dec. */
@@ -209,20 +336,10 @@ bool final_scales(const GemmArgs& args, float* sa, float* sb) {
   return false;
 }
 
-/*! OpenBLAS runs single-threaded inside our workers (its own spinning pool would compete with them). */
-void use_single_threaded_blas() {
-  static const bool done = [] {
-    scipy_openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)done;
-}
-
 }  // namespace
 
 TweStatus gemm(const GemmArgs& args) {
   ScopedIeeeSubnormals ieee;
-  use_single_threaded_blas();
   const int64_t m = args.m, n = args.n, k = args.k;
   if (m == 0 || n == 0) return kTweSuccess;
   std::vector<float> a_buffer, b_buffer;
@@ -251,7 +368,7 @@ TweStatus gemm(const GemmArgs& args) {
       const int64_t r0 = c * chunk;
       const int64_t rows = std::min(chunk, m - r0);
       if (block > 0) block_rows(args, a, b, r0, rows, acc.data(), buffers, scale_b);
-      else full_k_rows(args, a, b, r0, rows, acc.data());
+      else full_k_rows(args, a, b, r0, rows, acc.data(), buffers.kernel);
       if (scale_at_end) {
         for (int64_t i = 0; i < rows * n; ++i) acc[i] = numerics::gemm_scale_partial(acc[i], final_a, final_b);
       }
