@@ -15,7 +15,8 @@ RECIPES = ("high_precision", "delayed", "fp8_current", "mxfp8", "fp8_block")
 LAYOUTS = ("column", "column_sp", "row", "row_sp")
 COMPILED = (("fp8_current", "column_sp"), ("delayed", "row"))
 SEQ, STEPS = 128, 2
-OTHER_CASES = ("amax_reduction_current", "delayed_dp_histories", "nvfp4_tp_raises", "bad_arguments")
+OTHER_CASES = ("amax_reduction_current", "delayed_dp_histories", "sequential_collectives", "fsdp2_training",
+               "nvfp4_tp_raises", "bad_arguments")
 
 
 def _recipe(name):
@@ -181,6 +182,82 @@ def _delayed_dp_histories(rank, world):
         for other in gathered:
             _exact(f"{name} across ranks", other, mine)
         _exact(f"{name} vs the whole batch", mine, getattr(layers[1], name))
+
+
+def _sequential_collectives(rank, world):
+    """ops.AllGather / ReduceScatter / AllReduce inside Sequential: the collective's values
+    forward and its adjoint backward; AllGather → BasicLinear is a sequence-parallel
+    column-parallel Linear whose output is the exact slice of the single-device one."""
+    import twinengine.pytorch as te
+    from twinengine import recipe as R
+    group = torch.distributed.group.WORLD
+    gen = torch.Generator().manual_seed(11)
+    xs = [torch.randn(32, 64, generator=gen) for _ in range(world)]
+    dys = [torch.randn(32 * world, 64, generator=gen) for _ in range(world)]
+    x = xs[rank].clone().requires_grad_(True)
+    y = te.ops.Sequential(te.ops.AllGather(group))(x)
+    y.backward(dys[rank])
+    _exact("AllGather forward", y.detach(), torch.cat(xs))
+    rows = slice(rank * 32, (rank + 1) * 32)
+    _close("AllGather backward", x.grad, sum(dy[rows] for dy in dys))
+    x = dys[rank].clone().requires_grad_(True)
+    y = te.ops.Sequential(te.ops.ReduceScatter(group))(x)
+    y.backward(xs[rank])
+    _close("ReduceScatter forward", y.detach(), sum(dys)[rows])
+    _exact("ReduceScatter backward", x.grad, torch.cat(xs))
+    x = xs[rank].clone().requires_grad_(True)
+    y = te.ops.Sequential(te.ops.AllReduce(group))(x)
+    y.backward(xs[0])
+    _close("AllReduce forward", y.detach(), sum(xs))
+    _exact("AllReduce backward", x.grad, xs[0])
+    n = 32 * world
+    w = torch.randn(n, 64, generator=gen)
+    whole_linear, local_linear = te.ops.BasicLinear(64, n), te.ops.BasicLinear(64, n // world)
+    whole = te.ops.Sequential(whole_linear)
+    local = te.ops.Sequential(te.ops.AllGather(group), local_linear)
+    feat = slice(rank * n // world, (rank + 1) * n // world)
+    with torch.no_grad():
+        whole_linear.weight.copy_(w)
+        local_linear.weight.copy_(w[feat])
+    with te.autocast(R.MXFP8BlockScaling()):
+        _exact_slice("AllGather → BasicLinear", local(xs[rank]).detach(), whole(torch.cat(xs)).detach()[:, feat])
+
+
+def _fsdp2_training(rank, world):
+    """FSDP2 fully_shard over twinengine Linears (data parallel, Float8CurrentScaling with the
+    amax reduced over the group): the losses of a few SGD steps equal the unsharded model's on
+    the whole batch within the tolerance of the gradient reduction's summation order."""
+    import twinengine.pytorch as te
+    from twinengine import recipe as R
+    from torch.distributed.fsdp import fully_shard
+    group = torch.distributed.group.WORLD
+    torch.manual_seed(0)
+    make = lambda: torch.nn.Sequential(te.Linear(64, 64), torch.nn.GELU(), te.Linear(64, 32))  # noqa: E731
+    model, ref = make(), make()
+    ref.load_state_dict(model.state_dict())
+    for layer in model:
+        if isinstance(layer, te.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref)]
+    gen = torch.Generator().manual_seed(13)
+    recipe = R.Float8CurrentScaling()
+    for step in range(3):
+        xs = [torch.randn(16, 64, generator=gen) for _ in range(world)]
+        targets = [torch.randn(16, 32, generator=gen) for _ in range(world)]
+        with te.autocast(recipe, amax_reduction_group=group):
+            loss = torch.nn.functional.mse_loss(model(xs[rank]), targets[rank])
+        loss.backward()
+        opts[0].step()
+        opts[0].zero_grad()
+        with te.autocast(recipe):
+            ref_loss = torch.nn.functional.mse_loss(ref(torch.cat(xs)), torch.cat(targets))
+        ref_loss.backward()
+        opts[1].step()
+        opts[1].zero_grad()
+        mean = loss.detach().clone()
+        torch.distributed.all_reduce(mean, group=group)
+        _close(f"step {step} loss", mean / world, ref_loss.detach(), 1e-4)
 
 
 def _expect_error(name, fn, exc_type, text):
