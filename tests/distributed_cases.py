@@ -292,6 +292,12 @@ def _bad_arguments(rank, world):
                   ValueError, f"tp_size={world + 1} does not match the tp_group's size {world}")
     _expect_error("sp without group", lambda: te.Linear(64, 64, parallel_mode="row", sequence_parallel=True),
                   ValueError, "sequence_parallel=True needs a tp_group")
+    from twinengine import recipe as R
+
+    def fused_with_group():
+        with te.autocast(R.Float8CurrentScaling(), amax_reduction_group=group):
+            te.LayerNormLinear(64, 64)(torch.randn(32, 64))
+    _expect_error("fusible ops with a group", fused_with_group, TypeError, "not supported by the fusible ops")
     _expect_error("mode", lambda: te.Linear(64, 64, tp_group=group, tp_size=world, parallel_mode="rows"),
                   ValueError, "parallel_mode must be")
     layer = te.Linear(64, 64, tp_group=group, tp_size=world, parallel_mode="row", sequence_parallel=True)
@@ -305,7 +311,8 @@ def _worker(rank, world, port, out_dir):
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     results = {}
     try:
-        for name in os.environ.get("TWE_DIST_CASES", "").split(",") if os.environ.get("TWE_DIST_CASES") else case_names(world):
+        chosen = os.environ.get("TWE_DIST_CASES")  # debugging: a comma-separated subset of the cases
+        for name in chosen.split(",") if chosen else case_names(world):
             try:
                 parts = name.split("-")
                 if len(parts) == 3:

@@ -13,8 +13,8 @@ from ...recipe import DelayedScaling
 from .._library import dtype_name, surface_errors, tensor_fallback
 from .._ops.linear import linear
 from ..autocast import current_amax_group, current_recipe, replay_region
-from ..distributed import (add_bias, copy_to_group, gather_from_sequence, group_name, quantize_reduced, reduce_from_group,
-                           scatter_to_sequence)
+from ..distributed import (add_bias, copy_to_group, gather_from_sequence, group_name, quantize_reduced,
+                           reduce_from_group, scatter_to_sequence)
 from ..te_migration import load_te_checkpoint_hook
 
 
