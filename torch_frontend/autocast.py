@@ -18,6 +18,7 @@ class _AutocastState:
 
     def __init__(self) -> None:
         self.stack: list[Recipe | None] = []
+        self.groups: list[str | None] = []  # amax_reduction_group names of the autocast regions
 
 
 _STATE = _AutocastState()
@@ -29,6 +30,11 @@ def current_recipe() -> Recipe | None:
     return _STATE.stack[-1] if _STATE.stack else None
 
 
+def current_amax_group() -> str | None:
+    """The name of the innermost autocast region's amax_reduction_group, or None."""
+    return _STATE.groups[-1] if _STATE.groups else None
+
+
 class autocast:
     """Context manager: twinengine layers called inside quantize with `recipe`
     (``autocast(recipe)`` or ``autocast(recipe=recipe)``, the same signature as
@@ -37,21 +43,33 @@ class autocast:
     ``autocast(enabled=False)`` runs them in high precision (also inside an enabled region).
     Regions nest; the innermost wins.
 
+    ``amax_reduction_group`` (a ``torch.distributed`` ProcessGroup): every whole-tensor amax
+    the layers take — per-tensor current scaling, the delayed-scaling history update — is
+    all-reduced with MAX over it before the scale is formed (NUMERICS.md §12, TE's
+    ``reduce_amax``), through functional collectives that ``torch.compile(fullgraph=True)``
+    traces. With data parallelism this keeps DelayedScaling histories identical on all ranks;
+    with tensor-parallel layers it must contain their tp_group (TE's convention), which they
+    then reduce over instead of the tp_group alone. NVFP4's global amax is not reduced yet:
+    NVFP4 with a group raises.
+
     Raises:
         TypeError: enabled without a twinengine Recipe (a TransformerEngine recipe is converted
             field by field, ``twinengine.te_migration.convert_te_recipe``).
     """
 
-    def __init__(self, recipe: Recipe | None = None, *, enabled: bool = True) -> None:
+    def __init__(self, recipe: Recipe | None = None, *, enabled: bool = True, amax_reduction_group=None) -> None:
         self.enabled = enabled
         self.recipe = check_autocast_recipe(enabled, recipe)
+        self.group = None if amax_reduction_group is None else amax_reduction_group.group_name
 
     def __enter__(self) -> "autocast":
         _STATE.stack.append(self.recipe if self.enabled else None)
+        _STATE.groups.append(self.group)
         return self
 
     def __exit__(self, *exc_info: object) -> bool:
         _STATE.stack.pop()
+        _STATE.groups.pop()
         return False
 
 

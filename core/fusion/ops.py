@@ -17,7 +17,8 @@ NORMS = ("layernorm", "rmsnorm", "l2norm")
 """Normalizations: their kernels can write the next Linear's quantized input (NUMERICS §11)."""
 
 KINDS = NORMS + ("basic_linear", "bias", "activation", "dropout", "quantize", "constant_scale", "identity",
-                 "reshape", "add_extra_input", "make_extra_output", "user")
+                 "reshape", "add_extra_input", "make_extra_output", "all_gather", "all_reduce", "reduce_scatter",
+                 "user")
 """Every kind of basic op the planner knows; user-defined ops are "user" (never fused)."""
 
 

@@ -15,10 +15,12 @@ from twinengine.linear import linear_quantizers
 
 class _CountQuantize:
     """Counts quantize kernel launches: every quantize call the Linear makes goes through the
-    `quantize` function its two modules import (the eager fast path launches prepared kernels
-    without _C.call, so the count is taken at the function)."""
+    `quantize` function of these two modules (the eager fast path launches prepared kernels
+    without _C.call, so the count is taken at the function; the module's weight cache and the
+    backward's dy quantize through twinengine.pytorch.distributed, which reduces amaxes over a
+    group when there is one)."""
 
-    _MODULES = ("twinengine.pytorch._ops.linear", "twinengine.pytorch.modules.linear")
+    _MODULES = ("twinengine.pytorch._ops.linear", "twinengine.pytorch.distributed")
 
     def __init__(self):
         self.calls = 0

@@ -15,7 +15,8 @@ from ...linear import check_delayed_state, check_linear_shapes, check_rng, linea
 from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from ..autocast import current_recipe
+from ..autocast import current_amax_group, current_recipe
+from ..distributed import global_amax, quantize_reduced, quantize_with_amax, reduce_amax, reduces_amax
 from ...ops.quantize import QUANTIZE, ArrayMeta
 from .._library import dtype_name, meta, surface_errors, tensor_fallback
 from .bias import bias_add, bias_grad
@@ -93,13 +94,17 @@ def _linear_quantized_body(
     input_quantizer: Quantizer, weight_quantizer: Quantizer, grad_quantizer: Quantizer,
     fwd_scale: torch.Tensor | None, bwd_scale: torch.Tensor | None, bwd_amax_history: torch.Tensor | None,
     rng: torch.Tensor | None, margin: int, amax_compute_algo: str,
+    x_amax: torch.Tensor | None = None, w_amax: torch.Tensor | None = None, amax_group: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
            torch.Tensor]:
     delayed = fwd_scale is not None
     x2 = x.reshape(-1, x.shape[-1])
-    qx = quantize(x2, input_quantizer, scale=fwd_scale[0:1] if delayed else None)
+    # x_amax / w_amax: the global amaxes (over amax_group) of current-scaled operands
+    qx = (quantize(x2, input_quantizer, scale=fwd_scale[0:1] if delayed else None) if x_amax is None
+          else quantize_with_amax(x2, input_quantizer, x_amax))
     if w_rowwise_data is None:  # quantize the weight (else: its given copies, e.g. a cached FP8 weight)
-        qw = quantize(weight, weight_quantizer, scale=fwd_scale[1:2] if delayed else None)
+        qw = (quantize(weight, weight_quantizer, scale=fwd_scale[1:2] if delayed else None) if w_amax is None
+              else quantize_with_amax(weight, weight_quantizer, w_amax))
         w_amax = qw.amax
     else:
         qw = QuantizedTensor(rowwise_data=w_rowwise_data, rowwise_scale_inv=w_rowwise_scale_inv,
@@ -125,7 +130,7 @@ _linear_quantized.register_fake(_linear_quantized_body)
 
 def _linear_quantized_setup(ctx, inputs, output):
     (x, weight, bias, _, _, given_w_col, given_w_col_scale, input_q, weight_q, grad_q, _, bwd_scale, bwd_history,
-     rng, margin, algo) = inputs
+     rng, margin, algo, _, _, amax_group) = inputs
     _, x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, amax = output
     ctx.mark_non_differentiable(x_col, x_col_scale, w_col, w_col_scale, x_col_amax, w_col_amax, amax)
     if given_w_col is not None:
@@ -134,6 +139,7 @@ def _linear_quantized_setup(ctx, inputs, output):
     ctx.quantizers = (input_q, weight_q, grad_q)
     ctx.dtypes = (x.dtype, None if weight is None else weight.dtype, None if bias is None else bias.dtype)
     ctx.delayed = (margin, algo)
+    ctx.amax_group = amax_group
 
 
 def _linear_quantized_backward(ctx, dy, *unused_grads):
@@ -142,9 +148,9 @@ def _linear_quantized_backward(ctx, dy, *unused_grads):
     x_dtype, w_dtype, b_dtype = ctx.dtypes
     margin, algo = ctx.delayed
     dy2 = dy.reshape(-1, dy.shape[-1])
-    qdy = quantize(dy2, grad_q, scale=bwd_scale, rng=rng)
+    qdy = quantize_reduced(dy2, grad_q, ctx.amax_group, scale=bwd_scale, rng=rng)
     if bwd_scale is not None:
-        history = record_amax(bwd_history, qdy.amax)
+        history = record_amax(bwd_history, reduce_amax(qdy.amax, ctx.amax_group))
         new_history, new_scale = update_delayed_scaling(history, bwd_scale, grad_q.fp8_dtype, margin=margin,
                                                         amax_compute_algo=algo)
         bwd_history.copy_(new_history)
@@ -156,7 +162,7 @@ def _linear_quantized_backward(ctx, dy, *unused_grads):
         qx = gemm_operand(x_col, x_col_scale, input_q, True, x_col_amax)
         dw = gemm(qdy, qx, a_columnwise=True, b_columnwise=True, out_dtype=w_dtype)
     db = None if b_dtype is None else _bias_grad(dy2, b_dtype)
-    return (dx, dw, db) + (None,) * 13
+    return (dx, dw, db) + (None,) * 16
 
 
 _linear_quantized.register_autograd(_linear_quantized_backward, setup_context=_linear_quantized_setup)
@@ -181,7 +187,8 @@ class _LinearQuantizedFunction(torch.autograd.Function):
 @surface_errors(tensor_fallback)
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
            delayed_state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-           rng: torch.Tensor | None = None, weight_cache: QuantizedTensor | None = None) -> torch.Tensor:
+           rng: torch.Tensor | None = None, weight_cache: QuantizedTensor | None = None,
+           amax_group: str | None = None) -> torch.Tensor:
     """y = x · wᵀ (+ bias), quantized as the innermost ``twinengine.pytorch.autocast`` recipe says.
 
     Shapes: x (..., K); weight (N, K) (a tensor, or a QuantizedTensor with both copies); bias
@@ -192,6 +199,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
         quantizer) used instead of quantizing it — FP8 weight caching across micro-batches
         (``twinengine.pytorch.Linear(..., is_first_microbatch=...)``); `weight` still gets its
         gradient.
+        amax_group: the name of a process group (``group.group_name``) over which every
+        whole-tensor amax of x, w and dy is all-reduced with MAX (NUMERICS.md §12); default the
+        innermost autocast region's ``amax_reduction_group``. The tensor-parallel layers pass
+        their tp_group here.
     Dtypes: x, weight, bias fp32 / bf16 / fp16; y has x's dtype, grads their input's dtype.
     Numerics: outside autocast the three GEMMs run in high precision (fp32 accumulation);
         inside, x and w are quantized with the recipe's input / weight quantizers and dy with
@@ -212,6 +223,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
         return _LinearFunction.apply(x, weight, bias)
     qs = linear_quantizers(recipe, dtype_name(x.dtype))
     check_rng(qs, rng is not None)
+    if amax_group is None:
+        amax_group = current_amax_group()
+    if amax_group is not None and qs.input.scaling_mode == "nvfp4":
+        raise TypeError("twinengine.linear: NVFP4's global amax is not reduced over a process group yet; run NVFP4 "
+                        "without amax_reduction_group / tensor parallelism")
     copies = weight if quantized_weight else weight_cache
     if copies is not None and copies.quantizer.scaling_mode == "nvfp4":
         raise TypeError("twinengine.linear: pre-quantized NVFP4 weights are not supported; pass the high-precision "
@@ -238,10 +254,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
                    copies.columnwise_data, copies.columnwise_scale_inv)
     else:
         w_parts = (weight, None, None, None, None)
+    x_amax = w_amax = None
+    if amax_group is not None and reduces_amax(qs.input):
+        x_amax = global_amax(x, amax_group)
+        if copies is None:
+            w_amax = global_amax(weight, amax_group)
     y, *_, amax = _LinearQuantizedFunction.apply(
         x, w_parts[0], bias, *w_parts[1:], qs.input, weight_q, qs.grad_output, fwd_scale, bwd_scale, bwd_history,
-        rng if qs.needs_rng else None, qs.margin, qs.amax_compute_algo)
+        rng if qs.needs_rng else None, qs.margin, qs.amax_compute_algo, x_amax, w_amax, amax_group)
     if qs.delayed:
+        amax = reduce_amax(amax, amax_group)
         new_history, new_scale = update_delayed_scaling(record_amax(fwd_history, amax), fwd_scale, qs.fwd_fp8_dtype,
                                                         margin=qs.margin, amax_compute_algo=qs.amax_compute_algo)
         fwd_history.copy_(new_history)

@@ -6,13 +6,15 @@ import math
 
 import torch
 
+from ...distributed import check_sequence_shard, check_tensor_parallel
 from ...linear import linear_quantizers
 from ...quantized_tensor import QuantizedTensor
 from ...recipe import DelayedScaling
 from .._library import dtype_name, surface_errors, tensor_fallback
 from .._ops.linear import linear
-from .._ops.quantize import quantize
-from ..autocast import current_recipe, replay_region
+from ..autocast import current_amax_group, current_recipe, replay_region
+from ..distributed import (add_bias, copy_to_group, gather_from_sequence, group_name, quantize_reduced,
+                           reduce_from_group, scatter_to_sequence)
 from ..te_migration import load_te_checkpoint_hook
 
 
@@ -39,16 +41,42 @@ class Linear(torch.nn.Module):
         once and keeps it; ``is_first_microbatch=False`` reuses it for the following
         micro-batches of the same optimizer step (the weight still gets its gradient); see
         ``_weight_cache``. Checkpoints: a TE Linear state dict loads (``te_migration.py``).
+    Tensor parallelism (TE's arguments and meaning; NUMERICS.md §12): ``tp_group`` (a
+        ProcessGroup of ``tp_size`` ranks), ``parallel_mode="column"`` (weight (out/tp, in), bias
+        (out/tp,); the output's last dim is this rank's slice; the input gradient is all-reduced)
+        or ``"row"`` (weight (out, in/tp); the input is this rank's slice of the features; the
+        partial outputs are all-reduced, fp32 sums, then the full bias is added).
+        ``sequence_parallel=True``: inputs and outputs outside the layer are sharded along dim 0
+        (the sequence); column-parallel all-gathers the input (in high precision, then quantizes
+        the gathered tensor — a quantized all-gather is not done yet), row-parallel
+        reduce-scatters the output instead of all-reducing it. Every whole-tensor amax (current
+        scaling, delayed-scaling histories) is all-reduced with MAX over the tp_group (or over
+        the autocast's ``amax_reduction_group``, which must contain it), so the bytes are the
+        single-device ones: column-parallel and sequence-parallel outputs are exact slices,
+        row-parallel outputs equal within the tolerance of the different fp32 summation order.
+        Block formats need their blocks not to straddle shards (the quantize checks reject the
+        local shapes otherwise); NVFP4 under tensor parallelism raises (its global amax is not
+        reduced yet).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  params_dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-                 amax_history_len: int = 1024, rng_seed: int = 0) -> None:
+                 amax_history_len: int = 1024, rng_seed: int = 0, tp_group=None, tp_size: int = 1,
+                 parallel_mode: str | None = None, sequence_parallel: bool = False) -> None:
         super().__init__()
+        check_tensor_parallel("Linear", in_features, out_features, tp_size=tp_size, parallel_mode=parallel_mode,
+                              sequence_parallel=sequence_parallel, has_group=tp_group is not None,
+                              group_size=None if tp_group is None else torch.distributed.get_world_size(tp_group))
         self.in_features = in_features
         self.out_features = out_features
-        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, dtype=params_dtype, device=device))
-        self.bias = torch.nn.Parameter(torch.empty(out_features, dtype=params_dtype, device=device)) if bias else None
+        self.parallel_mode = parallel_mode
+        self.sequence_parallel = sequence_parallel
+        self.tp_size = tp_size
+        self._tp_group = group_name(tp_group) if parallel_mode is not None else None
+        local_out = out_features // tp_size if parallel_mode == "column" else out_features
+        local_in = in_features // tp_size if parallel_mode == "row" else in_features
+        self.weight = torch.nn.Parameter(torch.empty(local_out, local_in, dtype=params_dtype, device=device))
+        self.bias = torch.nn.Parameter(torch.empty(local_out, dtype=params_dtype, device=device)) if bias else None
         for name, shape in (("fwd_amax_history", (amax_history_len, 2)), ("bwd_amax_history", (amax_history_len, 1))):
             self.register_buffer(name, torch.zeros(shape, dtype=torch.float32, device=device))
         self.register_buffer("fwd_scale", torch.ones(2, dtype=torch.float32, device=device))
@@ -104,7 +132,8 @@ class Linear(torch.nn.Module):
         cache = self.__dict__.get("fp8_weight_cache")
         if is_first_microbatch or cache is None or cache.quantizer != qs.weight:
             with torch.no_grad():
-                cache = quantize(self.weight, qs.weight, scale=self.fwd_scale[1:2] if qs.delayed else None)
+                cache = quantize_reduced(self.weight, qs.weight, self._amax_group(),
+                                         scale=self.fwd_scale[1:2] if qs.delayed else None)
             self.__dict__["fp8_weight_cache"] = cache
         return cache
 
@@ -116,7 +145,7 @@ class Linear(torch.nn.Module):
         if recipe is None or not linear_quantizers(recipe).needs_rng:
             if isinstance(recipe, DelayedScaling) and torch.compiler.is_compiling():
                 _mark_stateful_compiled_forward()
-            return linear(x, self.weight, self.bias, delayed_state=state, weight_cache=cache)
+            return self._parallel_linear(x, delayed_state=state, weight_cache=cache)
         if rng is None:
             if torch.compiler.is_compiling():
                 _mark_stateful_compiled_forward()
@@ -126,7 +155,27 @@ class Linear(torch.nn.Module):
             advanced = self.rng_state + step
             self.rng_state.copy_(advanced)
             rng = advanced - step
-        return linear(x, self.weight, self.bias, rng=rng, delayed_state=state, weight_cache=cache)
+        return self._parallel_linear(x, rng=rng, delayed_state=state, weight_cache=cache)
+
+    def _amax_group(self) -> str | None:
+        """The group whole-tensor amaxes are reduced over: autocast's, else the tp_group."""
+        group = current_amax_group()
+        return self._tp_group if group is None else group
+
+    def _parallel_linear(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        """``linear`` with this layer's tensor-parallel collectives around it (see the class doc)."""
+        if self.parallel_mode is None:
+            return linear(x, self.weight, self.bias, **kwargs)
+        tp = self._tp_group
+        kwargs["amax_group"] = self._amax_group()
+        if self.parallel_mode == "column":
+            x = gather_from_sequence(x, tp, self.tp_size) if self.sequence_parallel else copy_to_group(x, tp)
+            return linear(x, self.weight, self.bias, **kwargs)
+        y = linear(x, self.weight, None, **kwargs)
+        if self.sequence_parallel:
+            check_sequence_shard("Linear", y.shape[0], self.tp_size)
+        y = scatter_to_sequence(y, tp, self.tp_size) if self.sequence_parallel else reduce_from_group(y, tp)
+        return y if self.bias is None else add_bias(y, self.bias)
 
     # ---- activation checkpointing (eager) -------------------------------------------------
     # torch.utils.checkpoint re-runs the forward inside the backward pass (both modes), where

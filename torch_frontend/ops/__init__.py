@@ -7,6 +7,7 @@ same bytes as running the ops one by one (``fuse=False``). Write your own op by 
 """
 
 from .activation import GEGLU, GELU, QGEGLU, QGELU, ClampedSwiGLU, ReGLU, ReLU, SReGLU, SReLU, SiLU, SwiGLU
+from .distributed import AllGather, AllReduce, ReduceScatter
 from .dropout import Dropout
 from .grouped_linear import GroupedLinear
 from .linear import BasicLinear, Bias, Linear
@@ -17,7 +18,7 @@ from .sequential import Sequential, run_ops
 from .structural import AddExtraInput, ConstantScale, Identity, MakeExtraOutput, Reshape
 
 __all__ = [
-    "AddExtraInput", "BasicLinear", "BasicOperation", "Bias", "ClampedSwiGLU", "ConstantScale", "Dropout", "GEGLU",
+    "AddExtraInput", "AllGather", "AllReduce", "ReduceScatter", "BasicLinear", "BasicOperation", "Bias", "ClampedSwiGLU", "ConstantScale", "Dropout", "GEGLU",
     "GELU", "GroupedLinear", "Identity", "L2Normalization", "LayerNorm", "Linear", "MakeExtraOutput", "OpContext", "QGEGLU", "QGELU",
     "Quantize", "RMSNorm", "ReGLU", "ReLU", "Reshape", "SReGLU", "SReLU", "SiLU", "Sequential", "SwiGLU",
     "run_ops",

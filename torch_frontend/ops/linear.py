@@ -16,6 +16,7 @@ import torch
 
 from ...fusion.ops import OpDesc, check_features, check_input_kind, check_param_shape
 from ...linear import check_delayed_state, linear_quantizers
+from ...ops.opdef import fail
 from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
 from .._library import torch_dtype
@@ -23,6 +24,8 @@ from .._ops.bias import bias_add, bias_grad
 from .._ops.gemm import gemm
 from .._ops.quantize import quantize, record_amax, update_delayed_scaling
 from .._ops.rng import rng_advance
+from ..autocast import current_amax_group
+from ..distributed import reduces_amax
 from .op import BasicOperation, OpContext
 
 
@@ -68,6 +71,11 @@ class BasicLinear(BasicOperation):
         if recipe is None:
             return {"quantizers": None}, {}
         qs = linear_quantizers(recipe)
+        per_tensor = qs.delayed or reduces_amax(qs.input) or qs.input.scaling_mode == "nvfp4"
+        if per_tensor and current_amax_group() is not None:
+            fail("BasicLinear", TypeError, "autocast(amax_reduction_group=...) is not supported by the fusible ops "
+                 "(Sequential, LayerNormLinear, LayerNormMLP) with per-tensor or NVFP4 recipes yet: their "
+                 "whole-tensor amaxes would stay local; use twinengine.pytorch.Linear")
         tensors: dict[str, torch.Tensor] = {}
         if qs.delayed:
             check_delayed_state(self.fwd_amax_history.shape[0], qs)
