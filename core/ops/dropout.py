@@ -34,7 +34,7 @@ def _check_p(op: str, p: Any) -> None:
     if isinstance(p, bool) or not isinstance(p, (int, float)):
         fail(op, TypeError, f"p must be a float in [0, 1), got {p!r}")
     if not 0.0 <= p < _P_LIMIT:  # NaN fails both comparisons
-        fail(op, ValueError, f"p must be in [0, 1) (after rounding to float32), got {p!r}")
+        fail(op, ValueError, f"p must be in [0, 1) (after rounding to float32), got {float(p)!r}")
 
 
 def _check_data(op: str, name: str, x: ArrayMeta) -> None:
