@@ -156,6 +156,13 @@ def _(anchor, exc_type, message):
     return torch.empty_like(anchor)
 
 
+def _raise_error_backward(ctx, grad):
+    # Reached only while AOT autograd traces the joint graph of a failing call whose inputs
+    # require grad: the compiled forward raises before any backward runs.
+    return grad, None, None
+
+
+_raise_error.register_autograd(_raise_error_backward)
 torch.fx.node.has_side_effect(torch.ops.twinengine.raise_error.default)
 
 
@@ -198,6 +205,33 @@ def tensor_fallback(err: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tenso
 
 def tuple_fallback(count: int) -> Callable[..., tuple[torch.Tensor, ...]]:
     return lambda err, *args, **kwargs: (err,) * count
+
+
+def zeros_like_args(*indices: int) -> Callable[..., Any]:
+    """Stand-in of a backward function: zeros shaped like its positional arguments `indices`
+    (the forward inputs whose gradients it returns), so that the autograd.Function whose
+    forward failed still returns gradients of the right shapes while AOT autograd traces it
+    (the compiled forward raises first; this backward never runs)."""
+    def fallback(err: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        grads = tuple(torch.zeros_like(args[i]) for i in indices)
+        return grads[0] if len(grads) == 1 else grads
+    return fallback
+
+
+def quantized_stand_in(err: torch.Tensor, quantizer: Any) -> QuantizedTensor:
+    """A QuantizedTensor whose every array is the raise_error output (a trace stand-in)."""
+    spec = quantizer if isinstance(quantizer, _quantizers.Quantizer) else None
+    return QuantizedTensor(rowwise_data=err, rowwise_scale_inv=err, columnwise_data=err, columnwise_scale_inv=err,
+                           amax=err, columnwise_amax=err, quantizer=spec, shape=tuple(err.shape))
+
+
+def fused_quantize_fallback(count: int) -> Callable[..., tuple[Any, ...]]:
+    """Stand-in of a function returning `count` tensors and then a QuantizedTensor (None when
+    called without ``quantizer=``): the norm / activation families with a fused quantize."""
+    def fallback(err: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        quantizer = kwargs.get("quantizer")
+        return (err,) * count + (None if quantizer is None else quantized_stand_in(err, quantizer),)
+    return fallback
 
 
 def _register_quantizers() -> None:

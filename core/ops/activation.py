@@ -13,7 +13,7 @@ from typing import Any
 
 from ..dtypes import HIGH_PRECISION
 from ..quantizers import Quantizer
-from .opdef import KernelCall, OpDef, TensorSpec, fail
+from .opdef import KernelCall, OpDef, TensorSpec, dims, fail
 from .quantize import QUANTIZE, SCALING_MODE_CODES, ArrayMeta
 
 ACTIVATION_KINDS: tuple[tuple[str, bool], ...] = (
@@ -61,7 +61,7 @@ def _check_x(op: str, x: ArrayMeta, kind: str, name: str = "x") -> None:
         fail(op, ValueError, f"{name} must have rank >= 1, got a 0-d array")
     if kind in GATED_ACTIVATIONS and x.shape[-1] % 2 != 0:
         fail(op, ValueError, f"gated activation {kind!r} splits the last dimension into two halves, "
-             f"so it must be even; got {name} of shape {tuple(x.shape)}")
+             f"so it must be even; got {name} of shape {dims(x.shape)}")
 
 
 def _check_params(op: str, kind: Any, limit: Any, alpha: Any) -> None:
@@ -93,7 +93,7 @@ def _check_quantize_args(op: str, out: ArrayMeta, quantizer: Quantizer | None, s
     if not isinstance(quantizer, Quantizer):
         fail(op, TypeError, f"quantizer must be a twinengine Quantizer or None, got {type(quantizer).__name__}")
     if len(out.shape) >= 1 and any(d == 0 for d in out.shape):
-        fail(op, ValueError, f"cannot quantize an empty {what} (shape {tuple(out.shape)}); pass quantizer=None")
+        fail(op, ValueError, f"cannot quantize an empty {what} (shape {dims(out.shape)}); pass quantizer=None")
     QUANTIZE.validate(out, quantizer, scale, rng)
 
 
@@ -148,8 +148,8 @@ def _check_dy(op: str, dy: ArrayMeta, x: ArrayMeta, kind: str) -> None:
     if dy.dtype != x.dtype:
         fail(op, TypeError, f"dy must have the dtype of x ({x.dtype}), got {dy.dtype}")
     if tuple(dy.shape) != tuple(expect):
-        fail(op, ValueError, f"dy must have the shape of the activation output {tuple(expect)} "
-             f"(x of shape {tuple(x.shape)}, kind {kind!r}), got {tuple(dy.shape)}")
+        fail(op, ValueError, f"dy must have the shape of the activation output {dims(expect)} "
+             f"(x of shape {dims(x.shape)}, kind {kind!r}), got {dims(dy.shape)}")
 
 
 def _validate_bwd(dy: ArrayMeta, x: ArrayMeta, kind: str, limit: float = 7.0, alpha: float = 1.702) -> None:

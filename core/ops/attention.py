@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from ..dtypes import HIGH_PRECISION
-from .opdef import KernelCall, OpDef, TensorSpec, fail
+from .opdef import KernelCall, OpDef, TensorSpec, dims, fail
 from .quantize import RNG_DTYPES, ArrayMeta
 
 # attn_mask_type -> TweAttentionMask (csrc/include/twinengine/attention.h).
@@ -103,7 +103,7 @@ def _check_qkv(op: str, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, qkv_format: st
             fail(op, TypeError, f"{name} must be float32, bfloat16 or float16, got {t.dtype}")
         if len(t.shape) != (3 if qkv_format == "thd" else 4):
             fail(op, ValueError, f"{name} must be {_DIMS[qkv_format]} (layout {qkv_format}), got shape "
-                 f"{tuple(t.shape)}")
+                 f"{dims(t.shape)}")
     if qkv_format == "thd":
         q, k, v = _lift(q, qkv_format), _lift(k, qkv_format), _lift(v, qkv_format)
         qkv_format = "bshd"
@@ -111,11 +111,11 @@ def _check_qkv(op: str, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, qkv_format: st
         fail(op, TypeError, f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if batch_seq(k.shape, qkv_format)[0] != batch_seq(q.shape, qkv_format)[0] \
             or batch_seq(v.shape, qkv_format)[0] != batch_seq(q.shape, qkv_format)[0]:
-        fail(op, ValueError, f"q, k and v must have one batch size, got shapes {tuple(q.shape)}, {tuple(k.shape)}, "
-             f"{tuple(v.shape)}")
+        fail(op, ValueError, f"q, k and v must have one batch size, got shapes {dims(q.shape)}, {dims(k.shape)}, "
+             f"{dims(v.shape)}")
     if tuple(v.shape[:3]) != tuple(k.shape[:3]):
-        fail(op, ValueError, f"k and v must have the same (batch, seq, heads), got {tuple(k.shape)} and "
-             f"{tuple(v.shape)}")
+        fail(op, ValueError, f"k and v must have the same (batch, seq, heads), got {dims(k.shape)} and "
+             f"{dims(v.shape)}")
     if k.shape[3] != q.shape[3]:
         fail(op, ValueError, f"q and k must have the same head_dim, got {q.shape[3]} and {k.shape[3]}")
     if q.shape[3] == 0 or v.shape[3] == 0:
@@ -138,7 +138,7 @@ def _check_seqlens(op: str, mask_type: str, batch: Any, seqlens_q: ArrayMeta | N
             fail(op, TypeError, f"{name} must have dtype int32, got {lens.dtype}")
         if tuple(lens.shape) != (batch,):
             fail(op, ValueError, f"{name} must have shape (batch,) = {(batch,)} (one length per sequence), "
-                 f"got {tuple(lens.shape)}")
+                 f"got {dims(lens.shape)}")
 
 
 def _check_cu_seqlens(op: str, mask_type: str, qkv_format: str, seqlens_q, seqlens_kv, cu_seqlens_q,
@@ -161,10 +161,10 @@ def _check_cu_seqlens(op: str, mask_type: str, qkv_format: str, seqlens_q, seqle
         if cu.dtype != "int32":
             fail(op, TypeError, f"{name} must have dtype int32, got {cu.dtype}")
         if len(cu.shape) != 1 or cu.shape[0] < 2:
-            fail(op, ValueError, f"{name} must have shape (batch + 1,) with batch >= 1, got {tuple(cu.shape)}")
+            fail(op, ValueError, f"{name} must have shape (batch + 1,) with batch >= 1, got {dims(cu.shape)}")
     if tuple(cu_seqlens_q.shape) != tuple(cu_seqlens_kv.shape):
         fail(op, ValueError, f"cu_seqlens_q and cu_seqlens_kv must have one shape (batch + 1,), got "
-             f"{tuple(cu_seqlens_q.shape)} and {tuple(cu_seqlens_kv.shape)}")
+             f"{dims(cu_seqlens_q.shape)} and {dims(cu_seqlens_kv.shape)}")
 
 
 def _check_dropout(op: str, dropout_p: Any, rng: ArrayMeta | None) -> None:
@@ -179,7 +179,7 @@ def _check_dropout(op: str, dropout_p: Any, rng: ArrayMeta | None) -> None:
         if rng.dtype not in RNG_DTYPES:
             fail(op, TypeError, f"rng must have dtype uint32, int32 or int64, got {rng.dtype}")
         if tuple(rng.shape) != (2,):
-            fail(op, ValueError, f"rng must have shape (2,) ([seed, offset]), got {tuple(rng.shape)}")
+            fail(op, ValueError, f"rng must have shape (2,) ([seed, offset]), got {dims(rng.shape)}")
 
 
 def _check_fp8(op: str, fp8: Any) -> None:
@@ -296,13 +296,13 @@ def _validate_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out
         if t.dtype != q.dtype:
             fail(op, TypeError, f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
         if tuple(t.shape) != out_shape:
-            fail(op, ValueError, f"{name} must have the forward output's shape {out_shape}, got {tuple(t.shape)}")
+            fail(op, ValueError, f"{name} must have the forward output's shape {out_shape}, got {dims(t.shape)}")
     if lse is None:
         fail(op, TypeError, "lse is required")
     if lse.dtype != "float32":
         fail(op, TypeError, f"lse must be float32, got {lse.dtype}")
     if tuple(lse.shape) != lse_shape:
-        fail(op, ValueError, f"lse must have the forward's shape {lse_shape}, got {tuple(lse.shape)}")
+        fail(op, ValueError, f"lse must have the forward's shape {lse_shape}, got {dims(lse.shape)}")
 
 
 def _infer_bwd(dout: ArrayMeta, q: ArrayMeta, k: ArrayMeta, v: ArrayMeta, out: ArrayMeta, lse: ArrayMeta,

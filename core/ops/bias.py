@@ -7,7 +7,7 @@ Each op is one :class:`OpDef`; both frontends call ``OP.plan(...)``.
 from __future__ import annotations
 
 from ..dtypes import HIGH_PRECISION
-from .opdef import KernelCall, OpDef, TensorSpec, fail
+from .opdef import KernelCall, OpDef, TensorSpec, dims, fail
 from .quantize import ArrayMeta
 
 
@@ -24,7 +24,7 @@ def _validate_bias_add(x: ArrayMeta, bias: ArrayMeta) -> None:
     _check_data(op, "bias", bias)
     if len(bias.shape) != 1 or bias.shape[0] != x.shape[-1]:
         fail(op, ValueError, f"bias must have shape ({x.shape[-1]},) (the last dimension of x, shape "
-             f"{tuple(x.shape)}), got {tuple(bias.shape)}")
+             f"{dims(x.shape)}), got {dims(bias.shape)}")
 
 
 def _infer_bias_add(x: ArrayMeta, bias: ArrayMeta) -> KernelCall:
@@ -43,7 +43,7 @@ def _validate_add(x: ArrayMeta, y: ArrayMeta) -> None:
     _check_data(op, "x", x)
     _check_data(op, "y", y)
     if tuple(x.shape) != tuple(y.shape):
-        fail(op, ValueError, f"x and y must have the same shape, got {tuple(x.shape)} and {tuple(y.shape)}")
+        fail(op, ValueError, f"x and y must have the same shape, got {dims(x.shape)} and {dims(y.shape)}")
 
 
 def _infer_add(x: ArrayMeta, y: ArrayMeta) -> KernelCall:
@@ -92,7 +92,7 @@ def _validate_bias_grad_grouped(dy: ArrayMeta, m_splits: ArrayMeta, dtype: str) 
     op = "bias_grad_grouped"
     _check_data(op, "dy", dy)
     if m_splits.dtype != "int32" or len(m_splits.shape) != 1:
-        fail(op, TypeError, f"m_splits must be a 1-D int32 array, got {m_splits.dtype} of shape {tuple(m_splits.shape)}")
+        fail(op, TypeError, f"m_splits must be a 1-D int32 array, got {m_splits.dtype} of shape {dims(m_splits.shape)}")
     if dtype not in HIGH_PRECISION:
         fail(op, TypeError, f"dtype must be float32, bfloat16 or float16, got {dtype}")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..dtypes import HIGH_PRECISION
-from .opdef import KernelCall, OpDef, TensorSpec, ceil_div, fail
+from .opdef import KernelCall, OpDef, TensorSpec, ceil_div, dims, fail
 from .quantize import RNG_DTYPES, ArrayMeta
 
 
@@ -34,7 +34,7 @@ def _check_p(op: str, p: Any) -> None:
     if isinstance(p, bool) or not isinstance(p, (int, float)):
         fail(op, TypeError, f"p must be a float in [0, 1), got {p!r}")
     if not 0.0 <= p < _P_LIMIT:  # NaN fails both comparisons
-        fail(op, ValueError, f"p must be in [0, 1) (after rounding to float32), got {p!r}")
+        fail(op, ValueError, f"p must be in [0, 1) (after rounding to float32), got {float(p)!r}")
 
 
 def _check_data(op: str, name: str, x: ArrayMeta) -> None:
@@ -52,7 +52,7 @@ def _validate_fwd(x: ArrayMeta, p: float, rng: ArrayMeta | None) -> None:
     if rng.dtype not in RNG_DTYPES:
         fail(op, TypeError, f"rng must have dtype uint32, int32 or int64, got {rng.dtype}")
     if tuple(rng.shape) != (2,):
-        fail(op, ValueError, f"rng must have shape (2,) ([seed, offset]), got {tuple(rng.shape)}")
+        fail(op, ValueError, f"rng must have shape (2,) ([seed, offset]), got {dims(rng.shape)}")
 
 
 def _infer_fwd(x: ArrayMeta, p: float, rng: ArrayMeta | None) -> KernelCall:
@@ -81,7 +81,7 @@ def _validate_bwd(dy: ArrayMeta, mask: ArrayMeta, p: float) -> None:
         fail(op, TypeError, f"mask must have dtype uint8, got {mask.dtype}")
     if tuple(mask.shape) != mask_shape(dy.shape):
         fail(op, ValueError, f"mask must have shape {mask_shape(dy.shape)} (one bit per element of dy "
-             f"{tuple(dy.shape)}), got {tuple(mask.shape)}")
+             f"{dims(dy.shape)}), got {dims(mask.shape)}")
 
 
 def _infer_bwd(dy: ArrayMeta, mask: ArrayMeta, p: float) -> KernelCall:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..dtypes import HIGH_PRECISION
 from ..quantizers import Quantizer
-from .opdef import KernelCall, OpDef, TensorSpec, fail
+from .opdef import KernelCall, OpDef, TensorSpec, dims, fail
 from .quantize import QUANTIZE, ArrayMeta
 
 # Quantize kernel op -> TweNormQuantizeMode (csrc/include/twinengine/norm.h) of the fused call.
@@ -33,7 +33,7 @@ def _check_x(op: str, x: ArrayMeta, name: str = "x") -> None:
     if len(x.shape) < 1:
         fail(op, ValueError, f"{name} must have rank >= 1, got a 0-d array")
     if x.shape[-1] == 0:
-        fail(op, ValueError, f"{name}'s last dimension (the normalized size) must be >= 1, got shape {tuple(x.shape)}")
+        fail(op, ValueError, f"{name}'s last dimension (the normalized size) must be >= 1, got shape {dims(x.shape)}")
 
 
 def _check_param(op: str, name: str, p: ArrayMeta, x: ArrayMeta) -> None:
@@ -43,13 +43,14 @@ def _check_param(op: str, name: str, p: ArrayMeta, x: ArrayMeta) -> None:
     if p.dtype not in HIGH_PRECISION:
         fail(op, TypeError, f"{name} must be {_DTYPES_TEXT}, got {p.dtype}")
     if len(p.shape) != 1 or p.shape[0] != x.shape[-1]:
-        fail(op, ValueError, f"{name} has shape {tuple(p.shape)}, but the normalized shape must match x's last "
-             f"dimension: expected ({x.shape[-1]},)")
+        fail(op, ValueError, f"{name} has shape {dims(p.shape)}, but the normalized shape must match x's last "
+             f"dimension: expected ({int(x.shape[-1])},)")
 
 
 def _check_eps(op: str, eps: Any) -> None:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-        fail(op, ValueError, f"eps must be a float >= 0 (not NaN), got {eps!r}")
+        # float(): a constant text under torch.compile(dynamic=True), where eps is symbolic
+        fail(op, ValueError, f"eps must be a float >= 0 (not NaN), got {float(eps) if isinstance(eps, float) else eps!r}")
 
 
 def _check_flag(op: str, zero_centered_gamma: Any) -> None:
@@ -64,15 +65,15 @@ def _check_row_stat(op: str, name: str, v: ArrayMeta, x: ArrayMeta) -> None:
     if v.dtype != "float32":
         fail(op, TypeError, f"{name} must be float32, got {v.dtype}")
     if tuple(v.shape) != tuple(x.shape[:-1]):
-        fail(op, ValueError, f"{name} must have shape x.shape[:-1] = {tuple(x.shape[:-1])} (one value per row), "
-             f"got {tuple(v.shape)}")
+        fail(op, ValueError, f"{name} must have shape x.shape[:-1] = {dims(x.shape[:-1])} (one value per row), "
+             f"got {dims(v.shape)}")
 
 
 def _check_dy(op: str, dy: ArrayMeta, x: ArrayMeta) -> None:
     if dy.dtype not in HIGH_PRECISION:
         fail(op, TypeError, f"dy must be {_DTYPES_TEXT}, got {dy.dtype}")
     if tuple(dy.shape) != tuple(x.shape):
-        fail(op, ValueError, f"dy must have x's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
+        fail(op, ValueError, f"dy must have x's shape {dims(x.shape)}, got {dims(dy.shape)}")
 
 
 def _row_shape(x: ArrayMeta) -> tuple[Any, ...]:

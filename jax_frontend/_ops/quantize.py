@@ -36,10 +36,16 @@ def quantize(x, quantizer: Quantizer, *, scale=None, rng=None) -> QuantizedTenso
         TypeError / ValueError: from the shared core checks; NVFP4 under an amax reduction.
     """
     x = jnp.asarray(x)
+    source = x if isinstance(x, jax.core.Tracer) else None  # a concrete x is never differentiated
+    x = lax.stop_gradient(x) if source is not None else x
     axes = amax_axes()
     if axes and quantizer.scaling_mode in ("fp8_current", "fp8_delayed", "nvfp4"):
-        return _quantize_reduced(x, quantizer, scale, rng, axes)
-    return _quantize_local(x, quantizer, scale, rng)
+        qt = _quantize_reduced(x, quantizer, scale, rng, axes)
+    else:
+        qt = _quantize_local(x, quantizer, scale, rng)
+    if source is not None:
+        qt.grad_source = source  # dequantize's straight-through link (not a pytree leaf)
+    return qt
 
 
 def _quantize_local(x, quantizer: Quantizer, scale, rng) -> QuantizedTensor:
@@ -74,12 +80,18 @@ def dequantize(qt: QuantizedTensor, dtype=jnp.float32, *, columnwise: bool = Fal
     """Dequantizes the rowwise (or columnwise) copy of `qt` to an array of qt.shape.
 
     Numerics: as ``twinengine.pytorch.dequantize`` (same kernel, same bytes).
+    Gradient: straight through, as ``fake_quantize`` and the torch frontend: when `qt` came
+        from ``quantize(x, ...)`` inside the same jax.grad / jvp trace, the result is
+        differentiable w.r.t. x (gradient = incoming cotangent cast to x's dtype). The link
+        is a Python attribute (``qt.grad_source``), not a pytree leaf: it does not cross a
+        jit / scan boundary or ``state_dict``; a columnwise RHT copy has none.
     Raises:
         ValueError: the requested copy is absent (its quantizer lacks that usage).
     """
     call = DEQUANTIZE.plan(qt, dtype_name(dtype), columnwise)
     (out,) = ffi(call, [getattr(qt, name) for name in call.inputs])
-    return out
+    source = None if columnwise and getattr(qt.quantizer, "with_rht", False) else getattr(qt, "grad_source", None)
+    return out if source is None else _straight_through(source, out)
 
 
 def update_delayed_scaling(amax_history, scale, fp8_dtype: str, *, margin: int = 0, amax_compute_algo: str = "max"):

@@ -9,7 +9,7 @@ import torch
 from ...ops.activation import ACTIVATION_BWD, ACTIVATION_BWD_DBIAS, ACTIVATION_FWD, ACTIVATIONS, GATED_ACTIVATIONS
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
+from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta, fused_quantize_fallback, surface_errors, tensor_fallback, zeros_like_args
 
 __all__ = ["ACTIVATIONS", "GATED_ACTIVATIONS", "activation_fwd", "activation_bwd", "activation_bwd_dbias"]
 
@@ -95,6 +95,7 @@ def _check_devices(op: str, **tensors) -> None:
         check_tensor_device(op, name, t)
 
 
+@surface_errors(fused_quantize_fallback(1))
 def activation_fwd(x: torch.Tensor, kind: str, *, limit: float = 7.0, alpha: float = 1.702,
                    quantizer: Quantizer | None = None, scale: torch.Tensor | None = None,
                    rng: torch.Tensor | None = None) -> tuple[torch.Tensor, QuantizedTensor | None]:
@@ -118,6 +119,7 @@ def activation_fwd(x: torch.Tensor, kind: str, *, limit: float = 7.0, alpha: flo
     return y, _quantized(call.outputs[1:], q, quantizer, y.shape, dtype_name(x.dtype))
 
 
+@surface_errors(zeros_like_args(1))
 def activation_bwd(dy: torch.Tensor, x: torch.Tensor, kind: str, *, limit: float = 7.0,
                    alpha: float = 1.702) -> torch.Tensor:
     """dx = act'(x)·dy (gated kinds: da = act'(a)·dy·b, db = dy·act(a)).
@@ -134,6 +136,7 @@ def activation_bwd(dy: torch.Tensor, x: torch.Tensor, kind: str, *, limit: float
     return torch.ops.twinengine.activation_bwd(dy, x, kind, float(limit), float(alpha))
 
 
+@surface_errors(fused_quantize_fallback(2))
 def activation_bwd_dbias(dy: torch.Tensor, x: torch.Tensor, kind: str, *, limit: float = 7.0, alpha: float = 1.702,
                          bias_dtype: torch.dtype | None = None, quantizer: Quantizer | None = None,
                          scale: torch.Tensor | None = None, rng: torch.Tensor | None = None

@@ -8,7 +8,7 @@ import torch
 
 from ...ops.attention import ATTENTION_BWD, ATTENTION_FWD, resolve_scale, resolve_window
 from ...ops.opdef import OpDef
-from .._library import check_tensor_device, empty_outputs, launch, meta
+from .._library import check_tensor_device, empty_outputs, launch, meta, surface_errors, tuple_fallback, zeros_like_args
 
 
 def _run(opdef: OpDef, arrays: dict[str, torch.Tensor | None], *args) -> list[torch.Tensor]:
@@ -70,6 +70,7 @@ def _check_devices(op: str, **tensors: torch.Tensor | None) -> None:
         check_tensor_device(op, name, t)
 
 
+@surface_errors(tuple_fallback(2))
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask_type: str, window_size=None,
                   seqlens_q: torch.Tensor | None = None, seqlens_kv: torch.Tensor | None = None,
                   softmax_scale: float | None = None, dropout_p: float = 0.0,
@@ -109,6 +110,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask_typ
                                               cu_seqlens_q, cu_seqlens_kv, fp8)
 
 
+@surface_errors(zeros_like_args(1, 2, 3))
 def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   lse: torch.Tensor, *, mask_type: str, window_size=None, seqlens_q: torch.Tensor | None = None,
                   seqlens_kv: torch.Tensor | None = None, softmax_scale: float | None = None, dropout_p: float = 0.0,

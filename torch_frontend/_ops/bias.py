@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ...ops.bias import ADD, BIAS_ADD, BIAS_GRAD, BIAS_GRAD_GROUPED, SCALE
-from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
+from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta, surface_errors, tensor_fallback
 
 __all__ = ["bias_add", "add", "scale", "bias_grad"]
 
@@ -76,6 +76,7 @@ def _check_devices(op: str, **tensors) -> None:
         check_tensor_device(op, name, t)
 
 
+@surface_errors(tensor_fallback)
 def bias_add(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """y = fl(x + bias), bias broadcast over the rows, RNE to x's dtype.
 
@@ -89,6 +90,7 @@ def bias_add(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     return torch.ops.twinengine.bias_add(x, bias)
 
 
+@surface_errors(tensor_fallback)
 def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """z = fl(x + y) (residual add), RNE to x's dtype.
 
@@ -101,6 +103,7 @@ def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.ops.twinengine.add(x, y)
 
 
+@surface_errors(tensor_fallback)
 def scale(x: torch.Tensor, c: float) -> torch.Tensor:
     """y = fl(x · c), c rounded to fp32 first, RNE to x's dtype (ConstantScale).
 
@@ -112,6 +115,7 @@ def scale(x: torch.Tensor, c: float) -> torch.Tensor:
     return torch.ops.twinengine.scale(x, float(c))
 
 
+@surface_errors(tensor_fallback)
 def bias_grad(dy: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """db = Σc over the rows of dy (the canonical 32-lane sum, NUMERICS.md §11), RNE to `dtype`.
 
@@ -125,6 +129,7 @@ def bias_grad(dy: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.ops.twinengine.bias_grad(dy, name)
 
 
+@surface_errors(tensor_fallback)
 def bias_grad_grouped(dy: torch.Tensor, m_splits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """db (G, K): row g = Σc over the rows of group g of dy (NUMERICS.md §11) — each expert's bias
     gradient as its own Linear computes it. m_splits int32 (G,) on the CPU (read by the kernel)."""

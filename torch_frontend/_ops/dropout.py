@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ...ops.dropout import DROPOUT_BWD, DROPOUT_FWD
-from .._library import check_tensor_device, empty_outputs, launch, meta
+from .._library import check_tensor_device, empty_outputs, launch, meta, surface_errors, tensor_fallback, tuple_fallback
 
 __all__ = ["dropout_fwd", "dropout_bwd"]
 
@@ -35,6 +35,7 @@ def _(dy, mask, p):
     return dx
 
 
+@surface_errors(tuple_fallback(2))
 def dropout_fwd(x: torch.Tensor, p: float, rng: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Dropout with an explicit rng: returns (y, mask).
 
@@ -54,6 +55,7 @@ def dropout_fwd(x: torch.Tensor, p: float, rng: torch.Tensor) -> tuple[torch.Ten
     return torch.ops.twinengine.dropout_fwd(x, float(p), rng)
 
 
+@surface_errors(tensor_fallback)
 def dropout_bwd(dy: torch.Tensor, mask: torch.Tensor, p: float) -> torch.Tensor:
     """dx = fl(dy·fl(1/fl(1−p))) where `mask` keeps, +0.0 elsewhere (the mask of dropout_fwd).
 

@@ -3,6 +3,8 @@ Shapes, checks and errors come from core/ops/gemm.py."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ... import _C
@@ -72,7 +74,20 @@ def _nvfp4_only(qt: QuantizedTensor, amax: torch.Tensor | None) -> torch.Tensor 
     return amax if qt.quantizer.scaling_mode == "nvfp4" else None
 
 
-@surface_errors(tensor_fallback)
+def _gemm_fallback(err: torch.Tensor, a, b, bias=None, *, a_columnwise: bool = False, b_columnwise: bool = False,
+                   out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A stand-in of gemm's (M, N) result (see surface_errors), so that code after a failed
+    gemm (reshapes in Linear-like ops) still traces to the raise."""
+    def rows(t, columnwise: bool):
+        shape = tuple(getattr(t, "shape", ()))
+        if not shape:
+            return 1
+        return shape[-1] if columnwise else math.prod(shape[:-1])
+    dtype = out_dtype if isinstance(out_dtype, torch.dtype) else err.dtype
+    return err.new_zeros((rows(a, a_columnwise), rows(b, b_columnwise)), dtype=dtype)
+
+
+@surface_errors(_gemm_fallback)
 def gemm(a: torch.Tensor | QuantizedTensor, b: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
          a_columnwise: bool = False, b_columnwise: bool = False, out_dtype: torch.dtype = torch.float32
          ) -> torch.Tensor:

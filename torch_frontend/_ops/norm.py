@@ -18,7 +18,8 @@ from ...ops.norm import (
 from ...ops.opdef import KernelCall, OpDef
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta, plain_eager
+from .._library import (check_tensor_device, dtype_name, empty_outputs, fused_quantize_fallback, launch, meta,
+                        plain_eager, surface_errors, tensor_fallback, tuple_fallback, zeros_like_args)
 
 
 def _run(opdef: OpDef, arrays: dict[str, torch.Tensor | None], *args) -> list[torch.Tensor]:
@@ -180,6 +181,7 @@ def _quantized(call: KernelCall, arrays: list[torch.Tensor], num_norm_outputs: i
                            shape=tuple(x.shape), dtype=dtype_name(x.dtype))
 
 
+@surface_errors(fused_quantize_fallback(3))
 def layernorm_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, zero_centered_gamma: bool,
                   *, quantizer: Quantizer | None = None, scale: torch.Tensor | None = None,
                   rng: torch.Tensor | None = None,
@@ -215,6 +217,7 @@ def layernorm_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps
     return arrays[0], arrays[1], arrays[2], _quantized(call, arrays, 3, x, quantizer)
 
 
+@surface_errors(zeros_like_args(1, 4, 4))
 def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, mu: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor,
                   zero_centered_gamma: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LayerNorm backward from the saved mu and rstd.
@@ -231,6 +234,7 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, mu: torch.Tensor, rstd: tor
     return torch.ops.twinengine.layernorm_bwd(dy, x, mu, rstd, weight, zero_centered_gamma)
 
 
+@surface_errors(fused_quantize_fallback(2))
 def rmsnorm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered_gamma: bool, *,
                 quantizer: Quantizer | None = None, scale: torch.Tensor | None = None,
                 rng: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, QuantizedTensor | None]:
@@ -254,6 +258,7 @@ def rmsnorm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered
     return arrays[0], arrays[1], _quantized(call, arrays, 2, x, quantizer)
 
 
+@surface_errors(zeros_like_args(1, 3))
 def rmsnorm_bwd(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor,
                 zero_centered_gamma: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """RMSNorm backward from the saved rstd: (dx, dweight). As ``layernorm_bwd`` without mu and dbias."""
@@ -262,6 +267,7 @@ def rmsnorm_bwd(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: t
     return torch.ops.twinengine.rmsnorm_bwd(dy, x, rstd, weight, zero_centered_gamma)
 
 
+@surface_errors(fused_quantize_fallback(2))
 def l2norm_fwd(x: torch.Tensor, eps: float, *, quantizer: Quantizer | None = None, scale: torch.Tensor | None = None,
                rng: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, QuantizedTensor | None]:
     """L2Normalization forward: y = fl(x · rstd), rstd = 1/sqrt(Σc x² + ε) per row.
@@ -278,6 +284,7 @@ def l2norm_fwd(x: torch.Tensor, eps: float, *, quantizer: Quantizer | None = Non
     return arrays[0], arrays[1], _quantized(call, arrays, 2, x, quantizer)
 
 
+@surface_errors(zeros_like_args(1))
 def l2norm_bwd(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:
     """L2Normalization backward: dx = fl(rstd · fl(dy − fl(y · Σc fl(dy·y)))) with y = fl(x · rstd)
     recomputed in fp32 (NUMERICS.md §11). Shapes: dy, x (..., K); rstd x.shape[:-1]; dx x's

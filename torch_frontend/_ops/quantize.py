@@ -141,6 +141,8 @@ def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | Non
     """
     if scale is None and rng is None and plain_eager(x) and x.is_cpu:
         return _quantize_eager_cpu(x, quantizer)
+    source = x if torch.is_grad_enabled() and x.requires_grad else None
+    x = x.detach() if source is not None else x
     for name, t in (("x", x), ("scale", scale), ("rng", rng)):
         check_tensor_device("quantize", name, t)
     eager = plain_eager(x, scale, rng)
@@ -150,7 +152,19 @@ def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | Non
     else:
         arrays = torch.ops.twinengine.quantize(x, quantizer, scale, rng)
     fields = {spec.name: array for spec, array in zip(call.outputs, arrays)}
-    return QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(x.shape), dtype=dtype_name(x.dtype))
+    qt = QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(x.shape), dtype=dtype_name(x.dtype))
+    if source is not None:
+        qt.grad_source = source  # dequantize's straight-through link (not a field: never saved)
+    return qt
+
+
+def _straight_through_source(qt: QuantizedTensor, columnwise: bool):
+    """The tensor `qt` was quantized from when dequantize may pass its gradient straight
+    through to it: recorded by quantize under autograd; none for a columnwise copy made with
+    RHT (it decodes to transformed values, so the identity is not its derivative)."""
+    if columnwise and getattr(qt.quantizer, "with_rht", False):
+        return None
+    return getattr(qt, "grad_source", None)
 
 
 @surface_errors(tensor_fallback)
@@ -161,6 +175,12 @@ def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32, *, colum
     Dtypes: float32 / bfloat16 / float16 (computed in fp32, rounded to nearest even).
     Numerics: the format's decode rule (NUMERICS.md); a columnwise NVFP4 copy made with RHT
         dequantizes to the transformed values (undoing the RHT is not dequantize's job).
+    Gradient: straight through, as ``fake_quantize``: when `qt` came from ``quantize(x, ...)``
+        with x requiring grad (autograd, torch.func, torch.compile), the result is
+        differentiable w.r.t. x and x's gradient is the incoming gradient cast to x's dtype.
+        The link lives on the Python object (``qt.grad_source``), not in its arrays, so it is
+        dropped by ``state_dict`` / pickling / pytree flattening; a columnwise RHT copy has
+        none (its values are transformed).
     Raises:
         ValueError: the requested copy is absent (its quantizer lacks that usage).
     """
@@ -168,8 +188,10 @@ def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32, *, colum
     DEQUANTIZE.validate(qt, name, columnwise)
     prefix = "columnwise" if columnwise else "rowwise"
     amax = qt.columnwise_amax if columnwise else qt.amax
-    return torch.ops.twinengine.dequantize(getattr(qt, f"{prefix}_data"), getattr(qt, f"{prefix}_scale_inv"), amax,
-                                           qt.quantizer, list(qt.shape), name, columnwise)
+    out = torch.ops.twinengine.dequantize(getattr(qt, f"{prefix}_data"), getattr(qt, f"{prefix}_scale_inv"), amax,
+                                          qt.quantizer, list(qt.shape), name, columnwise)
+    source = _straight_through_source(qt, columnwise)
+    return _StraightThrough.apply(source, out) if source is not None and torch.is_grad_enabled() else out
 
 
 @surface_errors(tuple_fallback(2))
@@ -211,10 +233,9 @@ def fake_quantize(x: torch.Tensor, quantizer: Quantizer, dtype: torch.dtype | No
     Shapes: as x (the rowwise, or with ``columnwise=True`` the columnwise, copy dequantized).
     Dtypes: output `dtype` (default x's); the gradient of x is the incoming gradient cast to
         x's dtype (identity, "straight through": rounding is treated as having derivative 1).
-    Numerics: the forward is exactly ``dequantize(quantize(x, quantizer, ...), dtype)``; a
-        QuantizedTensor itself carries no gradient (``quantize`` / ``dequantize`` are not
-        differentiable), so differentiate through this function. Same bytes and gradient as
-        ``twinengine.jax.fake_quantize``.
+    Numerics: the forward is exactly ``dequantize(quantize(x, quantizer, ...), dtype)``, which
+        is itself straight-through differentiable (see ``dequantize``); same bytes and gradient
+        as ``twinengine.jax.fake_quantize``.
     Raises:
         TypeError / ValueError: as quantize / dequantize.
     """
