@@ -93,3 +93,34 @@ def test_bad_input_errors():
         tep.DotProductAttention(2, 8, qkv_format="thd")(q[0], q[0], q[0])
     with pytest.raises(ValueError):
         tep.DotProductAttention(2, 8, attn_mask_type="causal", window_size=(2, 2))(q, q, q)
+
+
+def test_compile_fullgraph_equals_eager_dynamic_seq():
+    import torch._dynamo as dynamo
+    import torch._dynamo.testing
+    dynamo.reset()
+    mod = tep.DotProductAttention(4, 8, num_gqa_groups=2, attn_mask_type="causal")
+    counter = dynamo.testing.CompileCounterWithBackend("aot_eager")
+
+    def fwd(q, k, v):
+        return mod(q, k, v).square().sum()
+
+    compiled_fwd = torch.compile(fwd, fullgraph=True, backend=counter)
+
+    def step(f, q, k, v):
+        out = f(q, k, v)
+        return out, torch.autograd.grad(out, (q, k, v))
+
+    for s in (5, 70, 33):
+        torch.manual_seed(s)
+        q = torch.randn(2, s, 4, 8, requires_grad=True)
+        k = torch.randn(2, s, 2, 8, requires_grad=True)
+        v = torch.randn(2, s, 2, 8, requires_grad=True)
+        for x in (q, k, v):
+            torch._dynamo.mark_dynamic(x, 1)
+        out_c, grads_c = step(compiled_fwd, q, k, v)
+        out_e, grads_e = step(fwd, q, k, v)
+        torch.testing.assert_close(out_c, out_e, atol=0, rtol=0)
+        for a, b in zip(grads_c, grads_e):
+            torch.testing.assert_close(a, b, atol=0, rtol=0)
+    assert counter.frame_count == 1
