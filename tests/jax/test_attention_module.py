@@ -41,3 +41,41 @@ def test_vmap_grad_and_errors():
         tej.dot_product_attention(q[0, 0], q[0, 0], q[0, 0], qkv_format="thd")
     with pytest.raises(ValueError):
         tej.dot_product_attention(q[0], q[0], q[0], window_size=(2, 2))
+
+
+def test_thd_cu_seqlens_bytes_and_same_error_text():
+    rs = np.random.RandomState(3)
+    h, d = 2, 8
+    cu = np.array([0, 3, 10, 11], dtype=np.int32)
+    q, k, v, g = (rs.randn(11, h, d).astype(np.float32) for _ in range(4))
+
+    def loss(q, k, v):
+        out = tej.dot_product_attention(q, k, v, attn_mask_type="padding_causal", qkv_format="thd",
+                                        cu_seqlens_q=cu, cu_seqlens_kv=cu)
+        return jnp.sum(out * g), out
+
+    (_, out_j), grads_j = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+    qt, kt, vt = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    mod = tep.DotProductAttention(h, d, attn_mask_type="padding_causal", qkv_format="thd")
+    cut = torch.tensor(cu)
+    out_t = mod(qt, kt, vt, cu_seqlens_q=cut, cu_seqlens_kv=cut)
+    out_t.backward(torch.tensor(g).reshape(out_t.shape))
+    np.testing.assert_array_equal(np.asarray(out_j).reshape(11, h * d), out_t.detach().numpy())
+    for a, t in zip(grads_j, (qt, kt, vt)):
+        np.testing.assert_array_equal(np.asarray(a), t.grad.numpy())
+    # bad input: same text from the core checks in both frontends
+    bad = [dict(qkv_format="thd"), dict(window_size=(2, 2))]
+    for kw in bad:
+        x = q if kw.get("qkv_format") == "thd" else q[None]
+        with pytest.raises(ValueError) as ej:
+            tej.dot_product_attention(x, x, x, **kw)
+        with pytest.raises(ValueError) as et:
+            tep.DotProductAttention(h, d, **kw)(torch.tensor(x), torch.tensor(x), torch.tensor(x))
+        assert str(ej.value) == str(et.value)
+    kq = rs.randn(1, 4, 3, d).astype(np.float32)
+    kk = rs.randn(1, 4, 2, d).astype(np.float32)
+    with pytest.raises(ValueError) as ej:
+        tej.dot_product_attention(kq, kk, kk)
+    with pytest.raises(ValueError) as et:
+        tep.DotProductAttention(3, d, num_gqa_groups=3)(torch.tensor(kq), torch.tensor(kk), torch.tensor(kk))
+    assert str(ej.value) == str(et.value) and "divisible" in str(ej.value)
