@@ -7,8 +7,11 @@ jit-, grad- and vmap-clean. Errors come from core/ops/attention.py (same text as
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from ._ops.attention import attention_bwd, attention_fwd
 
@@ -59,3 +62,35 @@ def dot_product_attention(query, key, value, *, attn_mask_type: str = "causal", 
     cu = None if cu_seqlens_q is None and cu_seqlens_kv is None else (cu_seqlens_q, cu_seqlens_kv)
     return _dpa(query, key, value, seqlens_q, seqlens_kv, rng if dropout_probability > 0 else None, cu,
                 attn_mask_type, window, softmax_scale, float(dropout_probability), qkv_format)
+
+
+class DotProductAttention(nn.Module):
+    """Flax DotProductAttention (TE-JAX name): no parameters; ``__call__(query, key, value, ...)`` is
+    ``dot_product_attention`` in the torch module's layout (bshd / sbhd / thd), returning (..., H, D_v)
+    like TE-JAX. Dropout (``deterministic=False`` and attention_dropout > 0) draws [seed, offset] from
+    the ``"dropout"`` RNG stream (jax.random.bits, uint32), unless ``rng=`` is given."""
+
+    head_dim: int
+    num_attention_heads: int
+    num_gqa_groups: int | None = None
+    attention_dropout: float = 0.0
+    attn_mask_type: str = "causal"
+    qkv_layout: str = "bshd"
+    window_size: Any = None
+    scale_factor: float | None = None
+
+    @nn.compact
+    def __call__(self, query, key, value, *, seqlens_q=None, seqlens_kv=None, cu_seqlens_q=None,
+                 cu_seqlens_kv=None, deterministic: bool = True, rng=None):
+        groups = self.num_attention_heads if self.num_gqa_groups is None else self.num_gqa_groups
+        if self.num_attention_heads % groups != 0:
+            raise ValueError(f"DotProductAttention: num_attention_heads ({self.num_attention_heads}) must be "
+                             f"divisible by num_gqa_groups ({groups})")
+        p = 0.0 if deterministic else float(self.attention_dropout)
+        if p > 0.0 and rng is None:
+            rng = jax.random.bits(self.make_rng("dropout"), (2,), jnp.uint32)
+        return dot_product_attention(query, key, value, attn_mask_type=self.attn_mask_type,
+                                     window_size=self.window_size, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
+                                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                                     softmax_scale=self.scale_factor, dropout_probability=p, rng=rng,
+                                     qkv_format=self.qkv_layout)

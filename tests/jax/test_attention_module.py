@@ -79,3 +79,21 @@ def test_thd_cu_seqlens_bytes_and_same_error_text():
     with pytest.raises(ValueError) as et:
         tep.DotProductAttention(3, d, num_gqa_groups=3)(torch.tensor(kq), torch.tensor(kk), torch.tensor(kk))
     assert str(ej.value) == str(et.value) and "divisible" in str(ej.value)
+
+
+def test_flax_dot_product_attention_dropout_rng():
+    from twinengine.jax.flax import DotProductAttention
+    rs = np.random.RandomState(4)
+    q = rs.randn(1, 8, 2, 8).astype(np.float32)
+    m = DotProductAttention(head_dim=8, num_attention_heads=2, attention_dropout=0.5)
+    v = m.init(jax.random.PRNGKey(0), q, q, q)
+    a = m.apply(v, q, q, q, deterministic=False, rngs={"dropout": jax.random.PRNGKey(1)})
+    b = m.apply(v, q, q, q, deterministic=False, rngs={"dropout": jax.random.PRNGKey(1)})
+    c = m.apply(v, q, q, q, deterministic=False, rngs={"dropout": jax.random.PRNGKey(2)})
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not np.array_equal(np.asarray(a), np.asarray(c))
+    rng = np.array([7, 0], np.uint32)
+    d = m.apply(v, q, q, q, deterministic=False, rng=rng)
+    mod = tep.DotProductAttention(2, 8, attention_dropout=0.5, seed=7)
+    np.testing.assert_array_equal(np.asarray(d).reshape(1, 8, 16), mod(*(torch.tensor(q),) * 3).detach().numpy())
+    np.testing.assert_array_equal(np.asarray(m.apply(v, q, q, q)), np.asarray(tej.dot_product_attention(q, q, q)))
