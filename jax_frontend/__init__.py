@@ -3,6 +3,7 @@
 from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTensor pytree)
 from ._library import export_disabled_checks
 from . import ops, parallel, sharding
+from .attention import dot_product_attention
 from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
@@ -25,6 +26,7 @@ from ._ops.quantize import (dequantize, fake_quantize, make_empty, quantize, qua
                            update_delayed_scaling)
 
 __all__ = [
+    "dot_product_attention",
     "layernorm",
     "layernorm_dense",
     "layernorm_mlp",

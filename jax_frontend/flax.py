@@ -141,3 +141,4 @@ class GroupedDense(nn.Module):
 
 
 from .flax_blocks import LayerNorm, LayerNormDenseGeneral, LayerNormMLP  # noqa: E402,F401  (block modules)
+from .attention import DotProductAttention  # noqa: E402,F401  (attention module)

@@ -7,6 +7,7 @@ functions; quantizers are opaque value types baked into FX graphs.
 from . import _library  # noqa: F401  (registers opaque quantizer types and the QuantizedTensor pytree)
 from .autocast import autocast
 from . import ops
+from .modules.attention import DotProductAttention
 from .modules.grouped_linear import GroupedLinear
 from .modules.linear import Linear
 from .modules.normalization import LayerNorm, LayerNormLinear, LayerNormMLP, RMSNorm
@@ -29,6 +30,7 @@ from ._ops.quantize import (dequantize, fake_quantize, make_empty, quantize, qua
                            update_delayed_scaling)
 
 __all__ = [
+    "DotProductAttention",
     "Fp8Padding",
     "Fp8Unpadding",
     "GroupedLinear",
