@@ -13,34 +13,39 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from ..recipe import uses_fp8_attention
 from ._ops.attention import attention_bwd, attention_fwd
+from .autocast import current_recipe
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11))
+@partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11, 12))
 def _dpa(q, k, v, seqlens_q, seqlens_kv, rng, cu_seqlens, mask_type, window_size, softmax_scale, dropout_p,
-         qkv_format):
+         qkv_format, fp8):
     out, _ = _dpa_fwd(q, k, v, seqlens_q, seqlens_kv, rng, cu_seqlens, mask_type, window_size, softmax_scale,
-                      dropout_p, qkv_format)
+                      dropout_p, qkv_format, fp8)
     return out
 
 
-def _kw(seqlens_q, seqlens_kv, rng, cu_seqlens, mask_type, window_size, softmax_scale, dropout_p, qkv_format):
+def _kw(seqlens_q, seqlens_kv, rng, cu_seqlens, mask_type, window_size, softmax_scale, dropout_p, qkv_format,
+        fp8):
     cu_q, cu_kv = cu_seqlens if cu_seqlens is not None else (None, None)
     return dict(mask_type=mask_type, window_size=window_size, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
                 softmax_scale=softmax_scale, dropout_p=dropout_p, rng=rng, qkv_format=qkv_format,
-                cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv)
+                cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, fp8=fp8)
 
 
 def _dpa_fwd(q, k, v, seqlens_q, seqlens_kv, rng, cu_seqlens, mask_type, window_size, softmax_scale, dropout_p,
-             qkv_format):
-    kw = _kw(seqlens_q, seqlens_kv, rng, cu_seqlens, mask_type, window_size, softmax_scale, dropout_p, qkv_format)
+             qkv_format, fp8):
+    kw = _kw(seqlens_q, seqlens_kv, rng, cu_seqlens, mask_type, window_size, softmax_scale, dropout_p, qkv_format,
+             fp8)
     out, lse = attention_fwd(q, k, v, **kw)
     return out, (q, k, v, out, lse, seqlens_q, seqlens_kv, rng, cu_seqlens)
 
 
-def _dpa_bwd(mask_type, window_size, softmax_scale, dropout_p, qkv_format, res, dout):
+def _dpa_bwd(mask_type, window_size, softmax_scale, dropout_p, qkv_format, fp8, res, dout):
     q, k, v, out, lse, seqlens_q, seqlens_kv, rng, cu_seqlens = res
-    kw = _kw(seqlens_q, seqlens_kv, rng, cu_seqlens, mask_type, window_size, softmax_scale, dropout_p, qkv_format)
+    kw = _kw(seqlens_q, seqlens_kv, rng, cu_seqlens, mask_type, window_size, softmax_scale, dropout_p, qkv_format,
+             fp8)
     dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, **kw)
     return dq, dk, dv, None, None, None, (None if cu_seqlens is None else (None, None))
 
@@ -57,11 +62,14 @@ def dot_product_attention(query, key, value, *, attn_mask_type: str = "causal", 
     Shapes as twinengine.jax attention_fwd: bshd (B,S,H,D), sbhd (S,B,H,D), thd (T,H,D) with int32
     cu_seqlens_q / cu_seqlens_kv; returns out with q's layout and (..., H, D_v) last dims. Dropout
     (dropout_probability > 0) needs rng = [seed, offset] (the Philox stream of docs/attention.md).
+    Under ``tej.autocast(recipe)`` with ``fp8_dpa`` / ``fp8_mha`` set (DelayedScaling,
+    Float8CurrentScaling) it is FP8 attention (docs/attention.md §9), else high precision.
     """
     window = tuple(window_size) if window_size is not None else None
     cu = None if cu_seqlens_q is None and cu_seqlens_kv is None else (cu_seqlens_q, cu_seqlens_kv)
     return _dpa(query, key, value, seqlens_q, seqlens_kv, rng if dropout_probability > 0 else None, cu,
-                attn_mask_type, window, softmax_scale, float(dropout_probability), qkv_format)
+                attn_mask_type, window, softmax_scale, float(dropout_probability), qkv_format,
+                uses_fp8_attention(current_recipe()))
 
 
 class DotProductAttention(nn.Module):

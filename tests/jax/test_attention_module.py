@@ -97,3 +97,36 @@ def test_flax_dot_product_attention_dropout_rng():
     mod = tep.DotProductAttention(2, 8, attention_dropout=0.5, seed=7)
     np.testing.assert_array_equal(np.asarray(d).reshape(1, 8, 16), mod(*(torch.tensor(q),) * 3).detach().numpy())
     np.testing.assert_array_equal(np.asarray(m.apply(v, q, q, q)), np.asarray(tej.dot_product_attention(q, q, q)))
+
+
+@pytest.mark.parametrize("recipe_name", ["DelayedScaling", "Float8CurrentScaling"])
+def test_fp8_dpa_recipe_selects_fp8_attention_in_both_modules(recipe_name):
+    """Under autocast(recipe with fp8_dpa=True) both modules run FP8 attention (docs/attention.md
+    §9): the bytes of attention_fwd/_bwd(fp8=True), torch == JAX; without the flag, high precision."""
+    import twinengine as te
+    from twinengine.pytorch._ops.attention import attention_bwd, attention_fwd
+    rs = np.random.RandomState(11)
+    b, s, h, d = 2, 33, 2, 16
+    q, k, v, g = (rs.randn(b, s, h, d).astype(np.float32) for _ in range(4))
+    recipe = getattr(te.recipe, recipe_name)(fp8_dpa=True)
+
+    def loss(q, k, v):
+        out = tej.dot_product_attention(q, k, v, attn_mask_type="causal")
+        return jnp.sum(out * g), out
+
+    with tej.autocast(recipe):
+        (_, out_j), grads_j = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+    qt, kt, vt = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    with tep.autocast(recipe):
+        out_t = tep.DotProductAttention(h, d, attn_mask_type="causal")(qt, kt, vt)
+    out_t.backward(torch.tensor(g).reshape(out_t.shape))
+    out_ref, lse = attention_fwd(*(torch.tensor(x) for x in (q, k, v)), mask_type="causal", fp8=True)
+    dq, dk, dv = attention_bwd(torch.tensor(g), *(torch.tensor(x) for x in (q, k, v)), out_ref, lse,
+                               mask_type="causal", fp8=True)
+    np.testing.assert_array_equal(out_t.detach().numpy(), out_ref.reshape(b, s, h * d).numpy())
+    np.testing.assert_array_equal(np.asarray(out_j), out_ref.numpy())
+    for a, t, r in zip(grads_j, (qt, kt, vt), (dq, dk, dv)):
+        np.testing.assert_array_equal(t.grad.numpy(), r.numpy())
+        np.testing.assert_array_equal(np.asarray(a), r.numpy())
+    hp, _ = attention_fwd(*(torch.tensor(x) for x in (q, k, v)), mask_type="causal")
+    assert not torch.equal(hp, out_ref)  # FP8 attention really differs from high precision

@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import torch
 
+from ...recipe import uses_fp8_attention
 from .._ops.attention import attention_bwd, attention_fwd
+from ..autocast import current_recipe
 
 
 class _DotProductAttentionFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, seqlens_q, seqlens_kv, rng, cu_seqlens_q, cu_seqlens_kv, mask_type, window_size,
-                softmax_scale, dropout_p, qkv_format):
+                softmax_scale, dropout_p, qkv_format, fp8):
         out, lse = attention_fwd(q, k, v, mask_type=mask_type, window_size=window_size, seqlens_q=seqlens_q,
                                  seqlens_kv=seqlens_kv, softmax_scale=softmax_scale, dropout_p=dropout_p, rng=rng,
-                                 qkv_format=qkv_format, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv)
+                                 qkv_format=qkv_format, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                                 fp8=fp8)
         ctx.save_for_backward(q, k, v, out, lse, seqlens_q, seqlens_kv, rng, cu_seqlens_q, cu_seqlens_kv)
         ctx.kw = dict(mask_type=mask_type, window_size=window_size, softmax_scale=softmax_scale,
-                      dropout_p=dropout_p, qkv_format=qkv_format)
+                      dropout_p=dropout_p, qkv_format=qkv_format, fp8=fp8)
         return out
 
     @staticmethod
@@ -27,7 +30,7 @@ class _DotProductAttentionFn(torch.autograd.Function):
         q, k, v, out, lse, seqlens_q, seqlens_kv, rng, cu_seqlens_q, cu_seqlens_kv = ctx.saved_tensors
         dq, dk, dv = attention_bwd(dout.contiguous(), q, k, v, out, lse, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
                                    rng=rng, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, **ctx.kw)
-        return (dq, dk, dv) + (None,) * 10
+        return (dq, dk, dv) + (None,) * 11
 
 
 class DotProductAttention(torch.nn.Module):
@@ -37,6 +40,9 @@ class DotProductAttention(torch.nn.Module):
     twinengine.jax); gradients flow to query, key and value. Dropout (training only) draws from the
     Philox stream of the module's ``rng_state`` buffer [seed, offset]; every dropout forward uses
     the current state and then advances offset by 1 (deterministic, checkpointed with the module).
+    Under ``tep.autocast(recipe)`` with a recipe whose ``fp8_dpa`` / ``fp8_mha`` is set
+    (DelayedScaling, Float8CurrentScaling) forward and backward are FP8 attention
+    (docs/attention.md §9); otherwise high precision.
     Errors come from core/ops/attention.py (same text as the JAX frontend).
     """
 
@@ -87,5 +93,5 @@ class DotProductAttention(torch.nn.Module):
                 self.rng_state[1] += 1
         out = _DotProductAttentionFn.apply(query_layer, key_layer, value_layer, seqlens_q, seqlens_kv, rng,
                                            cu_seqlens_q, cu_seqlens_kv, mask_type, window, self.softmax_scale,
-                                           dropout_p, fmt)
+                                           dropout_p, fmt, uses_fp8_attention(current_recipe()))
         return out.reshape(*out.shape[:-2], out.shape[-2] * out.shape[-1])
