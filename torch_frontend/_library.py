@@ -221,8 +221,9 @@ def zeros_like_args(*indices: int) -> Callable[..., Any]:
 def quantized_stand_in(err: torch.Tensor, quantizer: Any) -> QuantizedTensor:
     """A QuantizedTensor whose every array is the raise_error output (a trace stand-in)."""
     spec = quantizer if isinstance(quantizer, _quantizers.Quantizer) else None
+    amax = err.new_zeros((1,), dtype=torch.float32) + err.sum().float() * 0  # amaxes are (1,) fp32
     return QuantizedTensor(rowwise_data=err, rowwise_scale_inv=err, columnwise_data=err, columnwise_scale_inv=err,
-                           amax=err, columnwise_amax=err, quantizer=spec, shape=tuple(err.shape))
+                           amax=amax, columnwise_amax=amax, quantizer=spec, shape=tuple(err.shape))
 
 
 def fused_quantize_fallback(count: int) -> Callable[..., tuple[Any, ...]]:
@@ -231,6 +232,22 @@ def fused_quantize_fallback(count: int) -> Callable[..., tuple[Any, ...]]:
     def fallback(err: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         quantizer = kwargs.get("quantizer")
         return (err,) * count + (None if quantizer is None else quantized_stand_in(err, quantizer),)
+    return fallback
+
+
+def norm_fallback(count: int) -> Callable[..., tuple[Any, ...]]:
+    """Stand-in of a norm forward (x, weight, ...) returning y, `count - 1` per-row statistics
+    and a QuantizedTensor (None without ``quantizer=``), shaped as a valid call would be: y is
+    x.shape[:-1] + weight's length, the statistics x.shape[:-1] in fp32. So when x's last
+    dimension does not match the weight, the ops after the norm (a Linear of the norm's
+    width) and their backward still trace, and the compiled call raises our error first."""
+    def fallback(err: torch.Tensor, x: torch.Tensor, weight: Any = None, *args: Any, **kwargs: Any) -> tuple:
+        features = weight.shape[-1] if isinstance(weight, torch.Tensor) and weight.dim() == 1 else x.shape[-1]
+        tie = err.sum() * 0  # keeps the raise_error call in the graph
+        y = err.new_zeros((*x.shape[:-1], features)) + tie
+        stats = err.new_zeros(x.shape[:-1], dtype=torch.float32) + tie.float()
+        quantizer = kwargs.get("quantizer")
+        return (y,) + (stats,) * (count - 1) + (None if quantizer is None else quantized_stand_in(y, quantizer),)
     return fallback
 
 

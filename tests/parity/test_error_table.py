@@ -193,11 +193,34 @@ MODULES = {  # a module built for 16 features called with 32: eager == compiled
     "LayerNorm": lambda: tep.LayerNorm(16),
     "RMSNorm": lambda: tep.RMSNorm(16),
     "Linear": lambda: tep.Linear(16, 16),
+    "LayerNormLinear": lambda: tep.LayerNormLinear(16, 16),
+    "LayerNormMLP": lambda: tep.LayerNormMLP(16, 32),
+    "ops.Sequential norm+Linear": lambda: tep.ops.Sequential(tep.ops.LayerNorm(16), tep.ops.Linear(16, 16)),
+    "ops.Sequential norm+Bias": lambda: tep.ops.Sequential(tep.ops.RMSNorm(16), tep.ops.Bias(16)),
+    "ops.Sequential Linear": lambda: tep.ops.Sequential(tep.ops.Linear(16, 16)),
 }
-# Known gap: LayerNormLinear / LayerNormMLP, or an ops.Sequential with a BasicLinear or Bias op
-# after / at the failing op: the failed op's stand-in output reaches that op's backward, whose
-# dgrad reshape or bias gradient has a shape that AOT autograd rejects while it traces the
-# joint graph (Dynamo's TorchRuntimeError / BackendCompilerFailed, not our error).
+# A failed op's stand-in has the shape a valid call would have (a norm's stand-in has the norm's
+# width, amaxes are (1,) fp32), and BasicLinear's backward gives a zero stand-in gradient when
+# the widths disagree, so the ops after the failing one and the whole backward still trace
+# under AOT autograd, and the compiled call raises our error at run time.
+
+
+@pytest.mark.parametrize("recipe_name", ["Float8CurrentScaling", "MXFP8BlockScaling", "DelayedScaling"])
+def test_module_errors_compiled_under_recipes(recipe_name):
+    recipe = getattr(R, recipe_name)()
+    for module in (tep.LayerNormLinear(32, 32), tep.LayerNormMLP(32, 64),
+                   tep.ops.Sequential(tep.ops.Linear(32, 32))):
+        x = torch.ones(32, 64, requires_grad=True)
+
+        def f(x):
+            with tep.autocast(recipe):
+                return module(x)
+
+        eager = _error(f, x)
+        torch._dynamo.reset()
+        compiled = _error(torch.compile(f, fullgraph=True, backend="aot_eager"), x)
+        assert compiled == eager, (type(module).__name__, eager, compiled)
+        assert eager[0] is ValueError and eager[1].startswith("twinengine."), eager
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

@@ -19,7 +19,7 @@ from ...ops.opdef import KernelCall, OpDef
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from .._library import (check_tensor_device, dtype_name, empty_outputs, fused_quantize_fallback, launch, meta,
-                        plain_eager, surface_errors, tensor_fallback, tuple_fallback, zeros_like_args)
+                        norm_fallback, plain_eager, surface_errors, tensor_fallback, tuple_fallback, zeros_like_args)
 
 
 def _run(opdef: OpDef, arrays: dict[str, torch.Tensor | None], *args) -> list[torch.Tensor]:
@@ -181,7 +181,7 @@ def _quantized(call: KernelCall, arrays: list[torch.Tensor], num_norm_outputs: i
                            shape=tuple(x.shape), dtype=dtype_name(x.dtype))
 
 
-@surface_errors(fused_quantize_fallback(3))
+@surface_errors(norm_fallback(3))
 def layernorm_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, zero_centered_gamma: bool,
                   *, quantizer: Quantizer | None = None, scale: torch.Tensor | None = None,
                   rng: torch.Tensor | None = None,
@@ -234,7 +234,7 @@ def layernorm_bwd(dy: torch.Tensor, x: torch.Tensor, mu: torch.Tensor, rstd: tor
     return torch.ops.twinengine.layernorm_bwd(dy, x, mu, rstd, weight, zero_centered_gamma)
 
 
-@surface_errors(fused_quantize_fallback(2))
+@surface_errors(norm_fallback(2))
 def rmsnorm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered_gamma: bool, *,
                 quantizer: Quantizer | None = None, scale: torch.Tensor | None = None,
                 rng: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, QuantizedTensor | None]:

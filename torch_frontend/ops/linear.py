@@ -33,6 +33,16 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, t.shape[-1])
 
 
+def _grad_shaped(grad: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """`grad` (rows, width) reshaped to `shape`. The widths disagree only while torch.compile
+    traces a call whose forward failed (an input of the wrong width: its compiled forward raises
+    our error first, so this backward never runs); the gradient is then a zero stand-in of the
+    right shape, so AOT autograd can finish tracing and the user sees our error."""
+    if not torch.compiler.is_compiling() or grad.shape[-1] == shape[-1]:
+        return grad.reshape(shape)
+    return grad.new_zeros(shape) + grad.sum() * 0
+
+
 class BasicLinear(BasicOperation):
     """y = x · wᵀ (no bias), quantized by the innermost ``tep.autocast`` recipe.
 
@@ -140,7 +150,7 @@ class BasicLinear(BasicOperation):
         amax = torch.cat([qx.amax, qw.amax]) if qs.delayed else None
         saved = {"qs": qs, "x_col": (qx.columnwise_data, qx.columnwise_scale_inv, qx.columnwise_amax),
                  "w_col": (qw.columnwise_data, qw.columnwise_scale_inv, qw.columnwise_amax),
-                 "x_dtype": x_dtype, "w_dtype": weight.dtype, "in_features": weight.shape[1],
+                 "x_dtype": x_dtype, "w_dtype": weight.dtype, "in_features": x.shape[-1],
                  "bwd_scale": bwd_scale, "bwd_amax_history": bwd_amax_history, "rng": rng, "amax": amax}
         return y, saved
 
@@ -149,8 +159,9 @@ class BasicLinear(BasicOperation):
         if s["qs"] is None:
             x, weight = s["x"], s["weight"]
             dy2 = _rows(dy)
-            dx = gemm(dy2, weight, b_columnwise=True, out_dtype=x.dtype).reshape(x.shape)
-            dw = gemm(dy2, _rows(x), a_columnwise=True, b_columnwise=True, out_dtype=weight.dtype)
+            dx = _grad_shaped(gemm(dy2, weight, b_columnwise=True, out_dtype=x.dtype), tuple(x.shape))
+            dw = _grad_shaped(gemm(dy2, _rows(x), a_columnwise=True, b_columnwise=True, out_dtype=weight.dtype),
+                              tuple(weight.shape))
             return dx, (dw,)
         qs = s["qs"]
         lead = tuple(dy.shape[:-1])
@@ -164,8 +175,9 @@ class BasicLinear(BasicOperation):
             s["bwd_scale"].copy_(scale)
         qw = gemm_operand(*s["w_col"][:2], qs.weight, True, s["w_col"][2])
         qx = gemm_operand(*s["x_col"][:2], qs.input, True, s["x_col"][2])
-        dx = gemm(qdy, qw, b_columnwise=True, out_dtype=s["x_dtype"]).reshape(*lead, s["in_features"])
-        dw = gemm(qdy, qx, a_columnwise=True, b_columnwise=True, out_dtype=s["w_dtype"])
+        dx = _grad_shaped(gemm(qdy, qw, b_columnwise=True, out_dtype=s["x_dtype"]), (*lead, s["in_features"]))
+        dw = _grad_shaped(gemm(qdy, qx, a_columnwise=True, b_columnwise=True, out_dtype=s["w_dtype"]),
+                          (self.out_features, self.in_features))
         return dx, (dw,)
 
 
