@@ -34,7 +34,8 @@ case "$family" in
     "$work/check_quantize" ;;
   norm)  # checks the kernels directly (the fused quantize is quantize's)
     emulate "$root/csrc/cuda/norm.cu" "$work/norm_emu.cc"
-    compile "$work/check_norm" "$work/norm_emu.cc" "$root/csrc/cpu/norm.cc" "$here/check_norm.cc"
+    compile "$work/check_norm" "$work/norm_emu.cc" "$root/csrc/cpu/norm.cc" \
+      "$root/csrc/cpu/quantize.cc" "$here/check_norm.cc"  # CPU norm+quantize calls the quantize kernels
     "$work/check_norm" ;;
   gemm)  # the GEMM kernels that need no cuBLAS: scale swizzle vs its host function, staging / epilogue kernels
     emulate "$root/csrc/cuda/gemm_swizzle.cu" "$work/gemm_swizzle_emu.cc"
