@@ -8,6 +8,14 @@ namespace {
 
 TweDType fp8_dtype(TweFP8Format format) { return format == kTweE5M2 ? kTweFloat8E5M2 : kTweFloat8E4M3; }
 
+/*! The group sizes of a grouped quantize: a non-empty 1-D int32 array. */
+TweStatus check_m_splits(const TweTensorView* m_splits) {
+  if (!m_splits || !m_splits->data || m_splits->dtype != kTweInt32 || m_splits->ndim != 1 || m_splits->shape[0] < 1) {
+    return fail(kTweInvalidArgument, "m_splits must be a non-empty 1-D int32 array");
+  }
+  return kTweSuccess;
+}
+
 TweStatus check_input(const TweTensorView* input) {
   if (!present(input)) return fail(kTweInvalidArgument, "input is missing");
   if (!is_high_precision(input->dtype)) {
@@ -180,9 +188,7 @@ TweStatus twe_grouped_quantize_fp8_current(const TweTensorView* input, const Twe
     return fail(kTweInvalidArgument, "grouped FP8 quantization runs on the CPU only (its block sizes are read on the "
                                      "host)");
   }
-  if (!m_splits || !m_splits->data || m_splits->dtype != kTweInt32 || m_splits->ndim != 1 || m_splits->shape[0] < 1) {
-    return fail(kTweInvalidArgument, "m_splits must be a non-empty 1-D int32 array");
-  }
+  if ((st = check_m_splits(m_splits))) return st;
   if (!(params->amax_epsilon >= 0.0f)) return fail(kTweInvalidArgument, "amax_epsilon must be >= 0");
   const int64_t r = rows(*input), k = cols(*input), groups = m_splits->shape[0];
   const TweDType dt = fp8_dtype(params->format);
@@ -210,9 +216,7 @@ TweStatus twe_grouped_quantize_fp8_delayed(const TweTensorView* input, const Twe
     return fail(kTweInvalidArgument, "grouped FP8 quantization runs on the CPU only (its block sizes are read on the "
                                      "host)");
   }
-  if (!m_splits || !m_splits->data || m_splits->dtype != kTweInt32 || m_splits->ndim != 1 || m_splits->shape[0] < 1) {
-    return fail(kTweInvalidArgument, "m_splits must be a non-empty 1-D int32 array");
-  }
+  if ((st = check_m_splits(m_splits))) return st;
   const int64_t r = rows(*input), k = cols(*input), groups = m_splits->shape[0];
   if ((st = check_view(scale, "scale", kTweFloat32, -1, groups, kTweCPU))) return st;
   const TweDType dt = fp8_dtype(params->format);
@@ -239,9 +243,7 @@ TweStatus twe_grouped_quantize_fp8_block(const TweTensorView* input, const TweTe
     return fail(kTweInvalidArgument, "grouped FP8 block quantization runs on the CPU only (its block sizes are read on "
                                      "the host)");
   }
-  if (!m_splits || !m_splits->data || m_splits->dtype != kTweInt32 || m_splits->ndim != 1 || m_splits->shape[0] < 1) {
-    return fail(kTweInvalidArgument, "m_splits must be a non-empty 1-D int32 array");
-  }
+  if ((st = check_m_splits(m_splits))) return st;
   if (!(params->amax_epsilon >= 0.0f)) return fail(kTweInvalidArgument, "amax_epsilon must be >= 0");
   const int64_t r = rows(*input), k = cols(*input);
   if (k % numerics::kFP8BlockSize != 0) {
@@ -271,9 +273,7 @@ TweStatus twe_grouped_quantize_mxfp8(const TweTensorView* input, const TweTensor
     return fail(kTweInvalidArgument, "grouped MXFP8 quantization runs on the CPU only (its block sizes are read on the "
                                      "host)");
   }
-  if (!m_splits || !m_splits->data || m_splits->dtype != kTweInt32 || m_splits->ndim != 1 || m_splits->shape[0] < 1) {
-    return fail(kTweInvalidArgument, "m_splits must be a non-empty 1-D int32 array");
-  }
+  if ((st = check_m_splits(m_splits))) return st;
   const int64_t r = rows(*input), k = cols(*input);
   if (k % 32 != 0) return fail(kTweInvalidArgument, "MXFP8 needs K to be a multiple of 32, got " + shape_string(*input));
   const TweDType dt = fp8_dtype(params->format);

@@ -46,28 +46,6 @@ std::vector<float> gains(const TweTensorView* gamma, int64_t k, bool zero_center
   return g;
 }
 
-/*! dst[i] = src[i] rounded (RNE) to T, returning the max amax_key of the rounded elements (their
- *  NaN-skipping amax as bits, numerics::amax_key: what the quantize kernels' amax pass reads off
- *  the same bytes; a max of integers is exact in any grouping, so 16 running lanes vectorize). */
-template <typename T>
-TWE_CPU_CLONES uint32_t amax_key_run(const T* x, int64_t n) {
-  constexpr int64_t kLanes = 16;
-  uint32_t lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) {
-      const uint32_t k = numerics::amax_key(to_float(x[i + j]));
-      lanes[j] = k > lanes[j] ? k : lanes[j];
-    }
-  uint32_t key = 0;
-  for (; i < n; ++i) {
-    const uint32_t k = numerics::amax_key(to_float(x[i]));
-    key = k > key ? k : key;
-  }
-  for (int64_t j = 0; j < kLanes; ++j) key = lanes[j] > key ? lanes[j] : key;
-  return key;
-}
-
 /*! narrow, also returning the max amax_key of the rounded elements. */
 uint32_t narrow_amax_key(const float* src, int64_t n, TweTensorView* v, int64_t offset) {
   uint32_t key = 0;
@@ -75,7 +53,7 @@ uint32_t narrow_amax_key(const float* src, int64_t n, TweTensorView* v, int64_t 
     using T = decltype(tag);
     T* dst = static_cast<T*>(v->data) + offset;
     for (int64_t i = 0; i < n; ++i) dst[i] = FromFloat<T>::apply(src[i]);
-    key = amax_key_run(dst, n);  // the row just written, still in L1
+    key = amax_key_bits(dst, n);  // the row just written, still in L1
     return kTweSuccess;
   });
   return key;

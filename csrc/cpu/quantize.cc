@@ -670,6 +670,14 @@ struct DequantizeFp8Block { static void run(const DequantizeArgs& a) { dequantiz
 
 }  // namespace
 
+template <typename T>
+uint32_t amax_key_bits(const T* x, int64_t n) {
+  return amax_key_run(x, n);
+}
+template uint32_t amax_key_bits<float>(const float*, int64_t);
+template uint32_t amax_key_bits<BFloat16>(const BFloat16*, int64_t);
+template uint32_t amax_key_bits<Float16>(const Float16*, int64_t);
+
 TweStatus quantize_fp8_current(const QuantizeArgs& a) {
   ScopedIeeeSubnormals ieee;
   return dispatch_high_precision(a.input->dtype, [&](auto tag) {

@@ -74,6 +74,11 @@ namespace cpu {
  *  or a.scale (delayed scaling), one cast pass, then scale_inv and amax. Same bytes as
  *  quantize_fp8_current / quantize_fp8_delayed. */
 TweStatus quantize_fp8_per_tensor_with_amax(const QuantizeArgs& args, float amax);
+
+/*! Max of numerics::amax_key over x[0..n): the NaN-skipping amax as bits (the quantize
+ *  kernels' amax pass; float, BFloat16 and Float16 instantiated in cpu/quantize.cc). */
+template <typename T>
+uint32_t amax_key_bits(const T* x, int64_t n);
 /*! twe_grouped_quantize_fp8_current after the ABI checks: quantize_fp8_current per row block. */
 TweStatus grouped_quantize_fp8_current(const QuantizeArgs& args, const TweTensorView& m_splits);
 /*! twe_grouped_quantize_fp8_delayed after the ABI checks: quantize_fp8_delayed per row block. */
