@@ -4,6 +4,7 @@ from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTe
 from ._library import export_disabled_checks
 from . import ops, parallel, sharding
 from .attention import dot_product_attention
+from .rope import RotaryPositionEmbedding, apply_rotary_pos_emb
 from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
@@ -26,6 +27,8 @@ from ._ops.quantize import (dequantize, fake_quantize, make_empty, quantize, qua
                            update_delayed_scaling)
 
 __all__ = [
+    "RotaryPositionEmbedding",
+    "apply_rotary_pos_emb",
     "dot_product_attention",
     "layernorm",
     "layernorm_dense",

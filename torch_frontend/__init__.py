@@ -12,6 +12,7 @@ from .modules.grouped_linear import GroupedLinear
 from .modules.linear import Linear
 from .modules.normalization import LayerNorm, LayerNormLinear, LayerNormMLP, RMSNorm
 from .modules.padding import Fp8Padding, Fp8Unpadding
+from .modules.rope import RotaryPositionEmbedding
 from ._ops.gemm import gemm
 from ._ops.grouped_linear import grouped_linear
 from .interop import from_jax
@@ -26,6 +27,7 @@ from ._ops.permute import (
     moe_unpad_splits,
     moe_unpermute,
 )
+from ._ops.rope import apply_rotary_pos_emb
 from ._ops.quantize import (dequantize, fake_quantize, make_empty, quantize, quantize_, record_amax,
                            update_delayed_scaling)
 
@@ -39,6 +41,8 @@ __all__ = [
     "LayerNormMLP",
     "Linear",
     "RMSNorm",
+    "RotaryPositionEmbedding",
+    "apply_rotary_pos_emb",
     "ops",
     "autocast",
     "dequantize",

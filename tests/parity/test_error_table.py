@@ -133,6 +133,17 @@ CASES = {
     "attention_mask_type": ((_np((1, 8, 1, 32)),), lambda q: tatt.attention_fwd(q, q, q, mask_type="bogus")[0],
                             lambda q: jatt.attention_fwd(q, q, q, mask_type="bogus")[0], ValueError,
                             "twinengine.attention_fwd: mask_type must be one of"),
+    # The rope family: freqs wider than the head, an odd rotary dimension, thd without cu_seqlens.
+    "rope_freqs_too_wide": ((_np((4, 2, 3, 8)), _np((4, 1, 1, 10))), tep.apply_rotary_pos_emb,
+                            tej.apply_rotary_pos_emb, ValueError,
+                            "twinengine.apply_rotary_pos_emb: freqs has 10 rotary channels (freqs.shape[-1]), more "
+                            "than the head dimension of t (8)"),
+    "rope_odd_dim": ((_np((4, 2, 3, 8)), _np((4, 1, 1, 5))), tep.apply_rotary_pos_emb, tej.apply_rotary_pos_emb,
+                     ValueError, "twinengine.apply_rotary_pos_emb: the rotary dimension freqs.shape[-1] = 5 must be even"),
+    "rope_thd_without_cu_seqlens": ((_np((6, 3, 8)), _np((4, 1, 1, 8))),
+                                    lambda t, f: tep.apply_rotary_pos_emb(t, f, "thd"),
+                                    lambda t, f: tej.apply_rotary_pos_emb(t, f, "thd"), ValueError,
+                                    "twinengine.apply_rotary_pos_emb: tensor_format 'thd' needs cu_seqlens"),
 }
 
 

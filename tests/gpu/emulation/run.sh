@@ -5,7 +5,7 @@
 # check_<family>.cc. Catches indexing, tiling, padding, reduction-order and synchronisation bugs;
 # the hardware parts (sm_89+ FP8 conversion, memory ordering, performance) need tests/gpu on a
 # device. Needs a C++20 compiler (std::barrier); quantize takes several minutes on two cores.
-#   bash tests/gpu/emulation/run.sh [quantize|norm|gemm|attention]   (default: quantize)
+#   bash tests/gpu/emulation/run.sh [quantize|norm|gemm|attention|rope]   (default: quantize)
 # (activation, dropout and bias: run_elementwise.sh)
 set -euo pipefail
 family="${1:-quantize}"
@@ -53,7 +53,12 @@ case "$family" in
     compile "$work/check_attention" "$work/attention_emu.cc" "$root/csrc/cpu/attention.cc" \
       "$root/csrc/abi/attention.cc" "$here/check_attention.cc"
     "$work/check_attention" ;;
-  *) echo "unknown family $family (quantize, norm, gemm or attention; run_elementwise.sh for the elementwise" \
+  rope)  # forward / backward of every format vs the CPU kernel through the C ABI
+    emulate "$root/csrc/cuda/rope.cu" "$work/rope_emu.cc"
+    compile "$work/check_rope" "$work/rope_emu.cc" "$root/csrc/cpu/rope.cc" "$root/csrc/abi/rope.cc" \
+      "$here/check_rope.cc"
+    "$work/check_rope" ;;
+  *) echo "unknown family $family (quantize, norm, gemm, attention or rope; run_elementwise.sh for the elementwise" \
           "families)" >&2
      exit 2 ;;
 esac
