@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -22,24 +23,55 @@ constexpr int64_t kTile = 32;  // transpose tile for columnwise copies
 
 // ---- Vectorized loops (TWE_CPU_CLONES: one clone per x86 level, picked at load time) ---------
 
+// Generic vectors (GCC/clang vector extensions): 16 lanes of 32 bits, 32 lanes of 16 bits. In
+// a TWE_CPU_CLONES function they compile to one zmm register (x86-64-v4), two ymm (v3), four
+// xmm (baseline) or NEON registers; every lane runs the scalar rule's integer operations.
+typedef uint32_t U32x16 __attribute__((vector_size(64)));
+typedef uint16_t U16x16 __attribute__((vector_size(32)));
+typedef uint16_t U16x32 __attribute__((vector_size(64)));
+
 /*! Max of amax_key over n elements: the NaN-skipping amax as bits (max of integers is exact in
- *  any order, so vector lanes may reduce in any grouping). */
+ *  any order, so vector lanes may reduce in any grouping). float: 16 keys per vector; bf16: the
+ *  key's upper half taken on the 16-bit pattern itself (|h| > 0x7F80 is NaN), 32 per vector;
+ *  other types through to_float. */
 template <typename T>
 TWE_CPU_CLONES uint32_t amax_key_run(const T* x, int64_t n) {
-  constexpr int64_t kLanes = 16;  // independent running maxima: an elementwise loop the compiler vectorizes
-  uint32_t lanes[kLanes] = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) {
-      const uint32_t k = numerics::amax_key(to_float(x[i + j]));
-      lanes[j] = k > lanes[j] ? k : lanes[j];
-    }
   uint32_t key = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    U32x16 m = {};
+    for (; i + 16 <= n; i += 16) {
+      U32x16 a;
+      std::memcpy(&a, x + i, sizeof(a));
+      a &= 0x7FFFFFFFu;
+      a = a > 0x7F800000u ? 0u : a;
+      m = a > m ? a : m;
+    }
+    for (int j = 0; j < 16; ++j) key = m[j] > key ? m[j] : key;
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    U16x32 m = {};
+    for (; i + 32 <= n; i += 32) {
+      U16x32 a;
+      std::memcpy(&a, x + i, sizeof(a));
+      a &= uint16_t{0x7FFF};
+      a = a > uint16_t{0x7F80} ? uint16_t{0} : a;
+      m = a > m ? a : m;
+    }
+    for (int j = 0; j < 32; ++j) key = uint32_t{m[j]} << 16 > key ? uint32_t{m[j]} << 16 : key;
+  } else {
+    constexpr int64_t kLanes = 16;
+    uint32_t lanes[kLanes] = {};
+    for (; i + kLanes <= n; i += kLanes)
+      for (int64_t j = 0; j < kLanes; ++j) {
+        const uint32_t k = numerics::amax_key(to_float(x[i + j]));
+        lanes[j] = k > lanes[j] ? k : lanes[j];
+      }
+    for (int64_t j = 0; j < kLanes; ++j) key = lanes[j] > key ? lanes[j] : key;
+  }
   for (; i < n; ++i) {
     const uint32_t k = numerics::amax_key(to_float(x[i]));
     key = k > key ? k : key;
   }
-  for (int64_t j = 0; j < kLanes; ++j) key = lanes[j] > key ? lanes[j] : key;
   return key;
 }
 
