@@ -5,6 +5,7 @@ from ._library import export_disabled_checks
 from . import ops, parallel, sharding
 from .attention import dot_product_attention
 from .rope import RotaryPositionEmbedding, apply_rotary_pos_emb
+from .flax_transformer import multi_head_attention, transformer_layer
 from .autocast import autocast
 from .blocks import layernorm, layernorm_dense, layernorm_mlp, params_from_torch, params_to_torch, rmsnorm
 from ._ops.dense import delayed_scaling_state, dense
@@ -33,6 +34,8 @@ __all__ = [
     "layernorm",
     "layernorm_dense",
     "layernorm_mlp",
+    "multi_head_attention",
+    "transformer_layer",
     "ops",
     "parallel",
     "sharding",

@@ -106,27 +106,49 @@ def layernorm_mlp(x, params: Mapping[str, Any], *, normalization: str = "LayerNo
                       amax_history_len=amax_history_len)
 
 
+# Buffers of the torch Linears (delayed-scaling state, rng_state) and TE's _extra_state: JAX keeps
+# state explicitly, so a nested module's buffers are left out of its parameter tree.
+_BUFFER_NAMES = frozenset({"fwd_amax_history", "bwd_amax_history", "fwd_scale", "bwd_scale", "rng_state",
+                           "_extra_state"})
+
+
 def params_from_torch(state_dict: Mapping[str, Any]) -> dict:
     """A torch module's ``state_dict`` -> a JAX parameter dict with the same names, layouts and
     bytes (bf16 kept). Buffers (delayed-scaling state, rng_state, anything under ``basic_ops.``)
     and a TransformerEngine checkpoint's ``_extra_state`` are left out: JAX keeps state
     explicitly. A TE ``Linear`` / ``LayerNormLinear`` / ``LayerNormMLP`` state dict converts
-    directly (same parameter names)."""
-    out = {}
+    directly (same parameter names). Submodules become nested dicts: the state dict of a
+    TransformerLayer gives ``{"self_attention": {"layernorm_qkv": {...}, "proj": {...}},
+    "layernorm_mlp": {...}}`` — the ``"params"`` of the Flax TransformerLayer (dotted names split
+    at the dots; a name with a ``basic_ops`` component or a buffer name is left out)."""
+    out: dict = {}
     for name, tensor in state_dict.items():
-        if "." in name or tensor is None or name == "_extra_state":
+        if tensor is None or name == "_extra_state":
             continue
-        out[name] = _torch_to_jax(tensor)
+        if "." not in name:
+            out[name] = _torch_to_jax(tensor)
+            continue
+        parts = name.split(".")
+        if "basic_ops" in parts or parts[-1] in _BUFFER_NAMES:
+            continue
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = _torch_to_jax(tensor)
     return out
 
 
 def params_to_torch(params: Mapping[str, Any]) -> dict:
-    """The inverse of ``params_from_torch``: a dict of torch tensors (bytes kept) for
-    ``module.load_state_dict(..., strict=False)``."""
+    """The inverse of ``params_from_torch``: a dict of torch tensors (bytes kept; nested dicts
+    become dotted names) for ``module.load_state_dict(..., strict=False)``."""
     import torch
 
     out = {}
     for name, array in params.items():
+        if isinstance(array, Mapping):
+            for sub, tensor in params_to_torch(array).items():
+                out[f"{name}.{sub}"] = tensor
+            continue
         a = np.asarray(array)
         if a.dtype == jnp.bfloat16:
             out[name] = torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)

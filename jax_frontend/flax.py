@@ -142,3 +142,4 @@ class GroupedDense(nn.Module):
 
 from .flax_blocks import LayerNorm, LayerNormDenseGeneral, LayerNormMLP  # noqa: E402,F401  (block modules)
 from .attention import DotProductAttention  # noqa: E402,F401  (attention module)
+from .flax_transformer import MultiHeadAttention, TransformerLayer  # noqa: E402,F401  (transformer modules)
