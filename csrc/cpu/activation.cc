@@ -1,11 +1,16 @@
+#ifndef TWE_SIMD_LANES_PASS
 // CPU kernels of the activation family: loops only; the value math is numerics.h's
-// (gated_forward / activation_backward / ...), shared with the CUDA kernels.
+// (gated_forward / activation_backward / ...), shared with the CUDA kernels. Rows run in W-lane
+// vectors (internal/simd.h: AVX-512 or AVX2, picked at run time) whose lane functions below repeat
+// numerics.h's operations in its order (branches as selects), with the scalar functions for a
+// row's last cols mod W elements, or in the scalar loops: every variant writes the same bytes.
 #include <algorithm>
 #include <type_traits>
 #include <vector>
 
 #include "internal/activation.h"
 #include "internal/cpu.h"
+#include "internal/simd.h"
 
 namespace twe {
 namespace cpu {
@@ -27,33 +32,32 @@ void dispatch_kind(Activation kind, Fn&& fn) {
   }
 }
 
+/*! Rows begin .. end - 1 of the forward, scalar. */
 template <typename T, Activation kKind>
-void forward_typed(const ActivationArgs& a) {
+void forward_rows_scalar(const ActivationArgs& a, int64_t begin, int64_t end) {
   constexpr Activation kind = kKind;
   const T* x = static_cast<const T*>(a.x->data);
   T* y = static_cast<T*>(a.out->data);
   const bool gated = numerics::activation_is_gated(kind);
   const int64_t k = a.cols, half = k / 2;
-  parallel_for(a.rows, a.rows * k * 8, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * k;
-      if (gated) {
-        T* yr = y + r * half;
-        for (int64_t c = 0; c < half; ++c) {
-          yr[c] = FromFloat<T>::apply(
-              numerics::gated_forward(kind, to_float(xr[c]), to_float(xr[half + c]), a.limit, a.alpha));
-        }
-      } else {
-        T* yr = y + r * k;
-        for (int64_t c = 0; c < k; ++c) yr[c] = FromFloat<T>::apply(numerics::activation_forward(kind, to_float(xr[c])));
+  for (int64_t r = begin; r < end; ++r) {
+    const T* xr = x + r * k;
+    if (gated) {
+      T* yr = y + r * half;
+      for (int64_t c = 0; c < half; ++c) {
+        yr[c] = FromFloat<T>::apply(
+            numerics::gated_forward(kind, to_float(xr[c]), to_float(xr[half + c]), a.limit, a.alpha));
       }
+    } else {
+      T* yr = y + r * k;
+      for (int64_t c = 0; c < k; ++c) yr[c] = FromFloat<T>::apply(numerics::activation_forward(kind, to_float(xr[c])));
     }
-  });
+  }
 }
 
-/*! dx of row r = act'(x)·dy, rounded to T. */
+/*! dx of row r = act'(x)·dy, rounded to T, for columns [c0, cols) (of a's half for gated kinds). */
 template <typename T, Activation kKind>
-void backward_row(const ActivationArgs& a, int64_t r) {
+void backward_row_scalar(const ActivationArgs& a, int64_t r, int64_t c0 = 0) {
   constexpr Activation kind = kKind;
   const bool gated = numerics::activation_is_gated(kind);
   const int64_t k = a.cols, half = k / 2;
@@ -61,7 +65,7 @@ void backward_row(const ActivationArgs& a, int64_t r) {
   T* dxr = static_cast<T*>(a.out->data) + r * k;
   if (gated) {
     const T* dyr = static_cast<const T*>(a.dy->data) + r * half;
-    for (int64_t c = 0; c < half; ++c) {
+    for (int64_t c = c0; c < half; ++c) {
       const numerics::GatedGrad g = numerics::gated_backward(kind, to_float(xr[c]), to_float(xr[half + c]),
                                                              to_float(dyr[c]), a.limit, a.alpha);
       dxr[c] = FromFloat<T>::apply(g.da);
@@ -69,23 +73,100 @@ void backward_row(const ActivationArgs& a, int64_t r) {
     }
   } else {
     const T* dyr = static_cast<const T*>(a.dy->data) + r * k;
-    for (int64_t c = 0; c < k; ++c) {
+    for (int64_t c = c0; c < k; ++c) {
       dxr[c] = FromFloat<T>::apply(numerics::activation_backward(kind, to_float(xr[c]), to_float(dyr[c])));
     }
   }
-}
-
-template <typename T, Activation kKind>
-void backward_typed(const ActivationArgs& a) {
-  parallel_for(a.rows, a.rows * a.cols * 8, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) backward_row<T, kKind>(a, r);
-  });
 }
 
 /*! lane[c] = fl(lane[c] + v[c]) for c < n: one row's terms of the canonical column sums. */
 template <typename T>
 void accumulate_lane(float* __restrict__ lane, const T* __restrict__ v, int64_t n) {
   for (int64_t c = 0; c < n; ++c) lane[c] = lane[c] + to_float(v[c]);
+}
+
+/*! Backward rows of lanes lane_begin .. lane_end - 1 with dbias partials, scalar. */
+template <typename T, Activation kKind>
+void backward_dbias_lanes_scalar(const ActivationArgs& a, int64_t lane_begin, int64_t lane_end, float* partials) {
+  const int64_t k = a.cols;
+  for (int64_t lane = lane_begin; lane < lane_end; ++lane) {
+    for (int64_t r = lane; r < a.rows; r += numerics::kSumLanes) {
+      backward_row_scalar<T, kKind>(a, r);
+      accumulate_lane(partials + lane * k, static_cast<const T*>(a.out->data) + r * k, k);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cpu
+}  // namespace twe
+
+// The vector rows (the #else part below), once per x86 vector ISA.
+#define TWE_SIMD_LANES_FILE "cpu/activation.cc"
+#include "internal/simd_foreach.h"
+
+namespace twe {
+namespace cpu {
+namespace {
+
+using numerics::Activation;
+
+
+using RowsFn = void (*)(const ActivationArgs&, int64_t, int64_t);
+using LanesFn = void (*)(const ActivationArgs&, int64_t, int64_t, float*);
+
+/*! The forward / backward / dbias row loops of (T, K) on the widest variant (simd::elementwise_isa()). */
+template <typename T, Activation K>
+RowsFn forward_rows_fn() {
+#if defined(TWE_SIMD_X86)
+  switch (simd::elementwise_isa()) {
+    case simd::Isa::kAvx512: return &avx512::forward_rows<T, K>;
+    case simd::Isa::kAvx2: return &avx2::forward_rows<T, K>;
+    default: break;
+  }
+#endif
+  return &forward_rows_scalar<T, K>;
+}
+
+template <typename T, Activation K>
+void backward_rows_scalar(const ActivationArgs& a, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) backward_row_scalar<T, K>(a, r);
+}
+
+template <typename T, Activation K>
+RowsFn backward_rows_fn() {
+#if defined(TWE_SIMD_X86)
+  switch (simd::elementwise_isa()) {
+    case simd::Isa::kAvx512: return &avx512::backward_rows<T, K>;
+    case simd::Isa::kAvx2: return &avx2::backward_rows<T, K>;
+    default: break;
+  }
+#endif
+  return &backward_rows_scalar<T, K>;
+}
+
+template <typename T, Activation K>
+LanesFn backward_dbias_lanes_fn() {
+#if defined(TWE_SIMD_X86)
+  switch (simd::elementwise_isa()) {
+    case simd::Isa::kAvx512: return &avx512::backward_dbias_lanes<T, K>;
+    case simd::Isa::kAvx2: return &avx2::backward_dbias_lanes<T, K>;
+    default: break;
+  }
+#endif
+  return &backward_dbias_lanes_scalar<T, K>;
+}
+
+template <typename T, Activation kKind>
+void forward_typed(const ActivationArgs& a) {
+  const RowsFn rows = forward_rows_fn<T, kKind>();
+  parallel_for(a.rows, a.rows * a.cols * 8, [&](int64_t begin, int64_t end) { rows(a, begin, end); });
+}
+
+template <typename T, Activation kKind>
+void backward_typed(const ActivationArgs& a) {
+  const RowsFn rows = backward_rows_fn<T, kKind>();
+  parallel_for(a.rows, a.rows * a.cols * 8, [&](int64_t begin, int64_t end) { rows(a, begin, end); });
 }
 
 /*! dx = act'(x)·dy and dbias = Σc over rows of dx (as stored): lane l (a worker's unit) computes
@@ -98,13 +179,9 @@ void backward_dbias_typed(const ActivationArgs& a) {
   constexpr int64_t kLanes = numerics::kSumLanes;
   const int64_t lanes = std::min<int64_t>(kLanes, rows);
   std::vector<float> partials(static_cast<size_t>(kLanes * k), 0.0f);
+  const LanesFn run = backward_dbias_lanes_fn<T, kKind>();
   parallel_for(lanes, rows * k * 8, [&](int64_t lane_begin, int64_t lane_end) {
-    for (int64_t lane = lane_begin; lane < lane_end; ++lane) {
-      for (int64_t r = lane; r < rows; r += kLanes) {
-        backward_row<T, kKind>(a, r);
-        accumulate_lane(partials.data() + lane * k, static_cast<const T*>(a.out->data) + r * k, k);
-      }
-    }
+    run(a, lane_begin, lane_end, partials.data());
   });
   U* db = static_cast<U*>(a.dbias->data);
   float fold[kLanes];
@@ -144,3 +221,227 @@ TweStatus activation_backward(const ActivationArgs& a) {
 
 }  // namespace cpu
 }  // namespace twe
+
+#else  // TWE_SIMD_LANES_PASS: the vector rows for ISA TWE_SIMD_NS (internal/simd_foreach.h)
+
+namespace twe {
+namespace cpu {
+namespace TWE_SIMD_NS {
+namespace {
+
+using numerics::Activation;
+
+/*! A base activation's value and derivative in W lanes (numerics::ActivationValue). */
+struct Value {
+  F value;
+  F derivative;
+};
+
+/*! numerics::sigmoid_linear. */
+TWE_SIMD_INLINE Value sigmoid_linear(F x, float alpha) {
+  const F z = alpha * x;
+  const F s = sigmoid_f32(z);
+  const F zs = z * s;
+  const F one_minus = 1.0f - s;
+  const F slope = zs * one_minus;
+  return Value{x * s, slope + s};
+}
+
+/*! numerics::gelu_f32 (with gelu_tanh_argument). */
+TWE_SIMD_INLINE Value gelu(F x) {
+  const F x2 = x * x;
+  const F cubic = 0.044715f * x2;
+  const F inner = 1.0f + cubic;
+  const F kx = 0.7978845608f * x;
+  const F t = tanh_f32(kx * inner);
+  const F half_x = 0.5f * x;
+  const F one_plus = 1.0f + t;
+  const F value = half_x * one_plus;
+  const F t2 = t * t;
+  const F sech2 = 1.0f - t2;
+  const F du = 0.1070322243f * x2;
+  const F dinner = 0.7978845608f + du;
+  const F prod = sech2 * dinner;
+  const F left = half_x * prod;
+  const F right = 0.5f * one_plus;
+  return Value{value, left + right};
+}
+
+/*! numerics::relu_f32. */
+TWE_SIMD_INLINE F relu(F x) {
+  return select((x > 0.0f) | is_nan(x), x, splat(0.0f));
+}
+
+/*! numerics::base_activation for kind K. */
+template <Activation K>
+TWE_SIMD_INLINE Value base_activation(F x, float alpha) {
+  if constexpr (K == Activation::kGelu || K == Activation::kGeglu) {
+    return gelu(x);
+  } else if constexpr (K == Activation::kQGelu || K == Activation::kQGeglu) {
+    return sigmoid_linear(x, 1.702f);
+  } else if constexpr (K == Activation::kSilu || K == Activation::kSwiglu) {
+    return sigmoid_linear(x, 1.0f);
+  } else if constexpr (K == Activation::kClampedSwiglu) {
+    return sigmoid_linear(x, alpha);
+  } else if constexpr (K == Activation::kRelu || K == Activation::kReglu) {
+    return Value{relu(x), splat(1.0f)};
+  } else {
+    const F r = relu(x);
+    return Value{r * r, 2.0f * r};
+  }
+}
+
+constexpr bool is_gated(Activation k) {
+  return k == Activation::kGeglu || k == Activation::kQGeglu || k == Activation::kReglu || k == Activation::kSReglu ||
+         k == Activation::kSwiglu || k == Activation::kClampedSwiglu;
+}
+
+constexpr bool has_relu_kink(Activation k) {
+  return k == Activation::kRelu || k == Activation::kReglu || k == Activation::kSRelu || k == Activation::kSReglu;
+}
+
+/*! numerics::clamp_max / clamp_both. */
+TWE_SIMD_INLINE F clamp_max(F v, float hi) {
+  return select(v > hi, splat(hi), v);
+}
+TWE_SIMD_INLINE F clamp_both(F v, float lo, float hi) {
+  return select(v < lo, splat(lo), select(v > hi, splat(hi), v));
+}
+
+/*! numerics::gated_forward. */
+template <Activation K>
+TWE_SIMD_INLINE F gated_forward(F a, F b,
+                                                       float limit, float alpha) {
+  if constexpr (K == Activation::kClampedSwiglu) {
+    const F ac = clamp_max(a, limit);
+    const F bc = clamp_both(b, -limit, limit);
+    const F act = sigmoid_linear(ac, alpha).value;
+    const F gate = bc + 1.0f;
+    return act * gate;
+  } else {
+    const F act = base_activation<K>(a, alpha).value;
+    return act * b;
+  }
+}
+
+/*! numerics::activation_backward. */
+template <Activation K>
+TWE_SIMD_INLINE F activation_backward(F x, F dy) {
+  const Value v = base_activation<K>(x, 1.0f);
+  const F dx = v.derivative * dy;
+  if constexpr (has_relu_kink(K)) {
+    const F kink = select(is_nan(x), x, splat(0.0f));
+    return select(x > 0.0f, dx, kink);
+  } else {
+    return dx;
+  }
+}
+
+/*! numerics::gated_backward: da into *da, db into *db. */
+template <Activation K>
+TWE_SIMD_INLINE void gated_backward(F a, F b,
+                                    F dy, float limit, float alpha,
+                                    F* da, F* db) {
+  const F zero = splat(0.0f);
+  if constexpr (K == Activation::kClampedSwiglu) {
+    const F ac = clamp_max(a, limit);
+    const F bc = clamp_both(b, -limit, limit);
+    const Value v = sigmoid_linear(ac, alpha);
+    const F gate = bc + 1.0f;
+    const F scaled = v.derivative * dy;
+    *da = select(a > limit, zero, scaled * gate);
+    const F dact = dy * v.value;
+    *db = select(is_nan(b), b, select((b < -limit) | (b > limit), zero, dact));
+  } else {
+    const Value v = base_activation<K>(a, alpha);
+    const F scaled = v.derivative * dy;
+    F d = scaled * b;
+    if constexpr (has_relu_kink(K)) {
+      d = select(a > 0.0f, d, select(is_nan(a), a, zero));
+    }
+    *da = d;
+    *db = dy * v.value;
+  }
+}
+
+template <typename T, Activation K>
+void forward_rows(const ActivationArgs& a, int64_t begin, int64_t end) {
+  const T* x = static_cast<const T*>(a.x->data);
+  T* y = static_cast<T*>(a.out->data);
+  const int64_t k = a.cols, half = k / 2;
+  for (int64_t r = begin; r < end; ++r) {
+    const T* xr = x + r * k;
+    if constexpr (is_gated(K)) {
+      T* yr = y + r * half;
+      int64_t c = 0;
+      for (; c + W <= half; c += W) {
+        const F av = load_float(xr + c), bv = load_float(xr + half + c);
+        store_rounded(yr + c, gated_forward<K>(av, bv, a.limit, a.alpha));
+      }
+      for (; c < half; ++c) {
+        yr[c] = FromFloat<T>::apply(numerics::gated_forward(K, to_float(xr[c]), to_float(xr[half + c]), a.limit, a.alpha));
+      }
+    } else {
+      T* yr = y + r * k;
+      int64_t c = 0;
+      for (; c + W <= k; c += W) {
+        store_rounded(yr + c, base_activation<K>(load_float(xr + c), 1.0f).value);
+      }
+      for (; c < k; ++c) yr[c] = FromFloat<T>::apply(numerics::activation_forward(K, to_float(xr[c])));
+    }
+  }
+}
+
+template <typename T, Activation K>
+TWE_SIMD_INLINE void backward_row(const ActivationArgs& a, int64_t r) {
+  const int64_t k = a.cols, half = k / 2;
+  const T* xr = static_cast<const T*>(a.x->data) + r * k;
+  T* dxr = static_cast<T*>(a.out->data) + r * k;
+  int64_t c = 0;
+  if constexpr (is_gated(K)) {
+    const T* dyr = static_cast<const T*>(a.dy->data) + r * half;
+    for (; c + W <= half; c += W) {
+      F da, db;
+      gated_backward<K>(load_float(xr + c), load_float(xr + half + c),
+                           load_float(dyr + c), a.limit, a.alpha, &da, &db);
+      store_rounded(dxr + c, da);
+      store_rounded(dxr + half + c, db);
+    }
+  } else {
+    const T* dyr = static_cast<const T*>(a.dy->data) + r * k;
+    for (; c + W <= k; c += W) {
+      store_rounded(dxr + c,
+                             activation_backward<K>(load_float(xr + c), load_float(dyr + c)));
+    }
+  }
+  backward_row_scalar<T, K>(a, r, c);
+}
+
+template <typename T, Activation K>
+void backward_rows(const ActivationArgs& a, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) backward_row<T, K>(a, r);
+}
+
+/*! backward_dbias_lanes_scalar in W lanes: each stored dx row is added to the lane partials. */
+template <typename T, Activation K>
+void backward_dbias_lanes(const ActivationArgs& a, int64_t lane_begin, int64_t lane_end,
+                                          float* partials) {
+  const int64_t k = a.cols;
+  for (int64_t lane = lane_begin; lane < lane_end; ++lane) {
+    float* p = partials + lane * k;
+    for (int64_t r = lane; r < a.rows; r += numerics::kSumLanes) {
+      backward_row<T, K>(a, r);
+      const T* dx = static_cast<const T*>(a.out->data) + r * k;
+      int64_t c = 0;
+      for (; c + W <= k; c += W) store(p + c, load<F>(p + c) + load_float(dx + c));
+      accumulate_lane(p + c, dx + c, k - c);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace TWE_SIMD_NS
+}  // namespace cpu
+}  // namespace twe
+
+#endif  // TWE_SIMD_LANES_PASS

@@ -1,6 +1,12 @@
+#ifndef TWE_SIMD_LANES_PASS
 // CPU kernels of the norm family: loops and memory movement only. Row reductions are
 // numerics::canonical_sum; column sums (dγ, dβ) run lane l over rows l, l+32, ... and end in
 // numerics::canonical_fold, so they are Σc over the row index, the order one CUDA warp uses.
+// Row math runs in W-lane vectors (internal/simd.h: AVX-512 or AVX2, picked at run time) or in the
+// scalar loops below; the vector rows perform the scalar rows' operations lane by lane (the 32
+// canonical lanes are 32/W registers), so every variant writes the same bytes. Row scratch is
+// padded to a multiple of 32 floats so vector loops run whole registers; padding lanes never
+// reach an output or a sum.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -9,6 +15,7 @@
 #include "internal/cpu.h"
 #include "internal/norm.h"
 #include "internal/quantize.h"
+#include "internal/simd.h"
 
 namespace twe {
 namespace cpu {
@@ -38,9 +45,12 @@ void narrow(const float* src, int64_t n, TweTensorView* v, int64_t offset) {
   });
 }
 
-/*! The gain g' of every column: γ, or fl(1 + γ) with zero-centered gamma. */
+/*! Row scratch length: k rounded up to the 32 canonical lanes. */
+int64_t padded(int64_t k) { return round_up(k, numerics::kSumLanes); }
+
+/*! The gain g' of every column: γ, or fl(1 + γ) with zero-centered gamma (padded with zeros). */
 std::vector<float> gains(const TweTensorView* gamma, int64_t k, bool zero_centered_gamma) {
-  std::vector<float> g(static_cast<size_t>(k));
+  std::vector<float> g(static_cast<size_t>(padded(k)), 0.0f);
   widen(gamma, 0, k, g.data());
   for (float& v : g) v = numerics::norm_gain(v, zero_centered_gamma);
   return g;
@@ -59,10 +69,10 @@ uint32_t narrow_amax_key(const float* src, int64_t n, TweTensorView* v, int64_t 
   return key;
 }
 
-/*! Rows begin .. end - 1 of the forward; with `amax_key`, also the max amax_key of every y
- *  element written (per row into amax_key[r]). */
-void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, int64_t begin, int64_t end,
-                  uint32_t* amax_key = nullptr) {
+/*! Rows begin .. end - 1 of the forward, scalar; with `amax_key`, also the max amax_key of every
+ *  y element written (per row into amax_key[r]). */
+void forward_rows_scalar(const NormFwdArgs& a, const float* gain, const float* beta, int64_t begin, int64_t end,
+                         uint32_t* amax_key) {
   const int64_t k = a.cols;
   std::vector<float> x(static_cast<size_t>(k)), y(static_cast<size_t>(k));
   float* mu_out = a.mu ? static_cast<float*>(a.mu->data) : nullptr;
@@ -102,9 +112,9 @@ void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, in
   }
 }
 
-/*! dx of row r; adds fl(dy · x̂) and dy of the row into the lane partials dg / db (when given). */
-void backward_row(const NormBwdArgs& a, const float* gain, int64_t r, float* x, float* dy, float* xhat, float* ghat,
-                  float* dg, float* db) {
+/*! dx of row r, scalar; adds fl(dy · x̂) and dy of the row into the lane partials dg / db (when given). */
+void backward_row_scalar(const NormBwdArgs& a, const float* gain, int64_t r, float* x, float* dy, float* xhat,
+                         float* ghat, float* dg, float* db) {
   const int64_t k = a.cols;
   widen(a.x, r * k, k, x);
   widen(a.dy, r * k, k, dy);
@@ -143,12 +153,72 @@ void backward_row(const NormBwdArgs& a, const float* gain, int64_t r, float* x, 
   narrow(dx, k, a.dx, r * k);
 }
 
-/*! out[i] = canonical_fold of the 32 lane partials of column i, rounded to out's dtype. */
+}  // namespace
+}  // namespace cpu
+}  // namespace twe
+
+// The vector rows (the #else part below), once per x86 vector ISA.
+#define TWE_SIMD_LANES_FILE "cpu/norm.cc"
+#include "internal/simd_foreach.h"
+
+namespace twe {
+namespace cpu {
+namespace {
+
+/*! Rows begin .. end - 1 of the forward on the widest variant (simd::elementwise_isa()); with
+ *  `amax_key`, also the max amax_key of every y element written (per row into amax_key[r]). */
+void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, int64_t begin, int64_t end,
+                  uint32_t* amax_key = nullptr) {
+#if defined(TWE_SIMD_X86)
+  const simd::Isa isa = simd::elementwise_isa();
+  if (isa != simd::Isa::kScalar) {
+    const size_t kp = static_cast<size_t>(padded(a.cols));
+    std::vector<float> x(kp, 0.0f), y(kp, 0.0f);
+    if (isa == simd::Isa::kAvx512) avx512::forward_rows(a, gain, beta, begin, end, amax_key, x.data(), y.data());
+    else avx2::forward_rows(a, gain, beta, begin, end, amax_key, x.data(), y.data());
+    return;
+  }
+#endif
+  forward_rows_scalar(a, gain, beta, begin, end, amax_key);
+}
+
+/*! Backward rows of lanes lane_begin .. lane_end - 1 (lane l: rows l, l+32, ... in order), adding
+ *  into the lane partials dg / db (stride padded(k); nullptr when absent). */
+void backward_lanes(const NormBwdArgs& a, const float* gain, int64_t lane_begin, int64_t lane_end, float* dg,
+                    float* db) {
+  const int64_t k = a.cols, kp = padded(k);
+  std::vector<float> scratch(static_cast<size_t>(4 * kp), 0.0f);
+  std::vector<float> unused(dg ? 0 : static_cast<size_t>(kp), 0.0f);  // dγ partials of L2Normalization
+#if defined(TWE_SIMD_X86)
+  const simd::Isa isa = simd::elementwise_isa();
+  if (isa != simd::Isa::kScalar) {
+    for (int64_t lane = lane_begin; lane < lane_end; ++lane) {
+      float* dg_lane = dg ? dg + lane * kp : unused.data();
+      float* db_lane = db ? db + lane * kp : nullptr;
+      if (isa == simd::Isa::kAvx512) avx512::backward_lane(a, gain, lane, scratch.data(), dg_lane, db_lane);
+      else avx2::backward_lane(a, gain, lane, scratch.data(), dg_lane, db_lane);
+    }
+    return;
+  }
+#endif
+  float* s = scratch.data();
+  for (int64_t lane = lane_begin; lane < lane_end; ++lane) {
+    float* dg_lane = dg ? dg + lane * kp : unused.data();
+    float* db_lane = db ? db + lane * kp : nullptr;
+    for (int64_t r = lane; r < a.rows; r += kSumLanes) {
+      backward_row_scalar(a, gain, r, s, s + kp, s + 2 * kp, s + 3 * kp, dg_lane, db_lane);
+    }
+  }
+}
+
+/*! out[i] = canonical_fold of the 32 lane partials of column i (lane stride padded(k)), rounded
+ *  to out's dtype. */
 void fold_columns(const std::vector<float>& partials, int64_t k, TweTensorView* out) {
+  const int64_t kp = padded(k);
   std::vector<float> result(static_cast<size_t>(k));
   float lanes[kSumLanes];
   for (int64_t i = 0; i < k; ++i) {
-    for (int l = 0; l < kSumLanes; ++l) lanes[l] = partials[static_cast<size_t>(l * k + i)];
+    for (int l = 0; l < kSumLanes; ++l) lanes[l] = partials[static_cast<size_t>(l * kp + i)];
     result[i] = canonical_fold(lanes);
   }
   narrow(result.data(), k, out, 0);
@@ -159,7 +229,7 @@ void fold_columns(const std::vector<float>& partials, int64_t k, TweTensorView* 
 TweStatus norm_fwd(const NormFwdArgs& a) {
   ScopedIeeeSubnormals ieee;
   const int64_t k = a.cols;
-  std::vector<float> gain, beta(static_cast<size_t>(k), 0.0f);
+  std::vector<float> gain, beta(static_cast<size_t>(padded(k)), 0.0f);
   if (a.gamma) gain = gains(a.gamma, k, a.zero_centered_gamma);
   if (a.beta) widen(a.beta, 0, k, beta.data());
   parallel_for(a.rows, a.rows * k, [&](int64_t begin, int64_t end) {
@@ -171,7 +241,7 @@ TweStatus norm_fwd(const NormFwdArgs& a) {
 TweStatus norm_fwd_quantized(const NormFwdArgs& a, const TweNormQuantize& q) {
   ScopedIeeeSubnormals ieee;
   const int64_t k = a.cols, r_total = a.rows;
-  std::vector<float> gain, beta(static_cast<size_t>(k), 0.0f);
+  std::vector<float> gain, beta(static_cast<size_t>(padded(k)), 0.0f);
   if (a.gamma) gain = gains(a.gamma, k, a.zero_centered_gamma);
   if (a.beta) widen(a.beta, 0, k, beta.data());
   const TweQuantizedTensor& o = *q.output;
@@ -220,24 +290,17 @@ TweStatus norm_fwd_quantized(const NormFwdArgs& a, const TweNormQuantize& q) {
 
 TweStatus norm_bwd(const NormBwdArgs& a) {
   ScopedIeeeSubnormals ieee;
-  const int64_t k = a.cols, r_total = a.rows;
+  const int64_t k = a.cols, r_total = a.rows, kp = padded(k);
   std::vector<float> gain;
   if (a.gamma) gain = gains(a.gamma, k, a.zero_centered_gamma);
   const bool params = a.dgamma != nullptr;
-  std::vector<float> dg(params ? static_cast<size_t>(kSumLanes * k) : 0, 0.0f);
-  std::vector<float> db(a.dbeta ? static_cast<size_t>(kSumLanes * k) : 0, 0.0f);
+  std::vector<float> dg(params ? static_cast<size_t>(kSumLanes * kp) : 0, 0.0f);
+  std::vector<float> db(a.dbeta ? static_cast<size_t>(kSumLanes * kp) : 0, 0.0f);
   // Lane l owns rows l, l+32, ... in order: its dγ / dβ partials are sequential in the row index.
   const int64_t lanes = std::min<int64_t>(kSumLanes, r_total);
   parallel_for(lanes, r_total * k, [&](int64_t lane_begin, int64_t lane_end) {
-    std::vector<float> x(static_cast<size_t>(k)), dy(static_cast<size_t>(k)), xhat(static_cast<size_t>(k)),
-        ghat(static_cast<size_t>(k));
-    for (int64_t lane = lane_begin; lane < lane_end; ++lane) {
-      float* dg_lane = params ? dg.data() + lane * k : nullptr;
-      float* db_lane = a.dbeta ? db.data() + lane * k : nullptr;
-      for (int64_t r = lane; r < r_total; r += kSumLanes) {
-        backward_row(a, gain.data(), r, x.data(), dy.data(), xhat.data(), ghat.data(), dg_lane, db_lane);
-      }
-    }
+    backward_lanes(a, gain.data(), lane_begin, lane_end, params ? dg.data() : nullptr,
+                   a.dbeta ? db.data() : nullptr);
   });
   if (params) fold_columns(dg, k, a.dgamma);
   if (a.dbeta) fold_columns(db, k, a.dbeta);
@@ -246,3 +309,191 @@ TweStatus norm_bwd(const NormBwdArgs& a) {
 
 }  // namespace cpu
 }  // namespace twe
+
+#else  // TWE_SIMD_LANES_PASS: the vector rows for ISA TWE_SIMD_NS (internal/simd_foreach.h)
+
+namespace twe {
+namespace cpu {
+namespace TWE_SIMD_NS {
+namespace {
+
+/*! dst[0:n] = src[0:n] widened to fp32 (whole vectors, then a scalar tail). */
+template <typename T>
+TWE_SIMD_INLINE void widen_typed(const T* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) store(dst + i, load_float(src + i));
+  for (; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+/*! dst[0:n] = src[0:n] rounded to T (RNE). */
+template <typename T>
+TWE_SIMD_INLINE void narrow_typed(const float* src, int64_t n, T* dst) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) store_rounded(dst + i, load<F>(src + i));
+  for (; i < n; ++i) dst[i] = FromFloat<T>::apply(src[i]);
+}
+
+TWE_SIMD_INLINE void widen(const TweTensorView* v, int64_t offset, int64_t n, float* dst) {
+  switch (v->dtype) {
+    case kTweFloat32: return widen_typed(static_cast<const float*>(v->data) + offset, n, dst);
+    case kTweBFloat16: return widen_typed(static_cast<const BFloat16*>(v->data) + offset, n, dst);
+    default: return widen_typed(static_cast<const Float16*>(v->data) + offset, n, dst);
+  }
+}
+
+/*! narrow to v's dtype; with `key`, also *key = the max amax_key of the rounded elements. */
+TWE_SIMD_INLINE void narrow(const float* src, int64_t n, TweTensorView* v, int64_t offset, uint32_t* key) {
+  switch (v->dtype) {
+    case kTweFloat32: {
+      float* dst = static_cast<float*>(v->data) + offset;
+      narrow_typed(src, n, dst);
+      if (key) *key = amax_key_bits(dst, n);
+      return;
+    }
+    case kTweBFloat16: {
+      BFloat16* dst = static_cast<BFloat16*>(v->data) + offset;
+      narrow_typed(src, n, dst);
+      if (key) *key = amax_key_bits(dst, n);
+      return;
+    }
+    default: {
+      Float16* dst = static_cast<Float16*>(v->data) + offset;
+      narrow_typed(src, n, dst);
+      if (key) *key = amax_key_bits(dst, n);
+      return;
+    }
+  }
+}
+
+/*! forward_rows_scalar's rows in W-lane vectors; x, y: padded(k) floats of scratch. */
+void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, int64_t begin,
+                                  int64_t end, uint32_t* amax_key, float* x, float* y) {
+  const int64_t k = a.cols;
+  float* mu_out = a.mu ? static_cast<float*>(a.mu->data) : nullptr;
+  float* rstd_out = static_cast<float*>(a.rstd->data);
+  for (int64_t r = begin; r < end; ++r) {
+    widen(a.x, r * k, k, x);
+    float rstd;
+    switch (a.kind) {
+      case NormKind::kLayerNorm: {
+        const float mu = numerics::norm_mean(
+            canonical_sum(k, [x](int64_t i) { return load<F>(x + i); }), k);
+        const float var = numerics::norm_mean(canonical_sum(k, [x, mu](int64_t i) {
+                                                const F d = load<F>(x + i) - mu;
+                                                return d * d;
+                                              }), k);
+        rstd = numerics::norm_rstd(var, a.eps);
+        for (int64_t i = 0; i < k; i += W) {
+          const F d = load<F>(x + i) - mu;  // layernorm_xhat, then layernorm_output
+          const F xhat = d * rstd;
+          const F scaled = xhat * load<F>(gain + i);
+          store(y + i, scaled + load<F>(beta + i));
+        }
+        mu_out[r] = mu;
+        break;
+      }
+      case NormKind::kRMSNorm: {
+        const float ms = numerics::norm_mean(canonical_sum(k, [x](int64_t i) {
+                                               const F v = load<F>(x + i);
+                                               return v * v;
+                                             }), k);
+        rstd = numerics::norm_rstd(ms, a.eps);
+        for (int64_t i = 0; i < k; i += W) {
+          const F xhat = load<F>(x + i) * rstd;  // rmsnorm_output
+          store(y + i, xhat * load<F>(gain + i));
+        }
+        break;
+      }
+      default: {
+        const float sum_sq = canonical_sum(k, [x](int64_t i) {
+          const F v = load<F>(x + i);
+          return v * v;
+        });
+        rstd = numerics::norm_rstd(sum_sq, a.eps);
+        for (int64_t i = 0; i < k; i += W) store(y + i, load<F>(x + i) * rstd);
+        break;
+      }
+    }
+    rstd_out[r] = rstd;
+    narrow(y, k, a.y, r * k, amax_key ? amax_key + r : nullptr);
+  }
+}
+
+/*! backward_row_scalar in W-lane vectors; scratch and dg / db hold padded(k) floats. */
+TWE_SIMD_INLINE void backward_row(const NormBwdArgs& a, const float* gain, int64_t r, float* x, float* dy, float* xhat,
+                                  float* ghat, float* dg, float* db) {
+  const int64_t k = a.cols;
+  widen(a.x, r * k, k, x);
+  widen(a.dy, r * k, k, dy);
+  const float rstd = static_cast<const float*>(a.rstd->data)[r];
+  float* dx = x;
+  switch (a.kind) {
+    case NormKind::kLayerNorm:
+    case NormKind::kRMSNorm: {
+      const bool layernorm = a.kind == NormKind::kLayerNorm;
+      const float mu = layernorm ? static_cast<const float*>(a.mu->data)[r] : 0.0f;
+      for (int64_t i = 0; i < k; i += W) {
+        const F xv = load<F>(x + i);
+        const F xh = layernorm ? (xv - mu) * rstd : xv * rstd;
+        store(xhat + i, xh);
+        store(ghat + i, load<F>(dy + i) * load<F>(gain + i));
+      }
+      const float b = numerics::norm_mean(canonical_sum(k, [xhat, ghat](int64_t i) {
+                                            return load<F>(ghat + i) * load<F>(xhat + i);
+                                          }), k);
+      if (layernorm) {
+        const float mean = numerics::norm_mean(
+            canonical_sum(k, [ghat](int64_t i) { return load<F>(ghat + i); }), k);
+        for (int64_t i = 0; i < k; i += W) {  // layernorm_dx
+          const F centered = load<F>(ghat + i) - mean;
+          const F projection = load<F>(xhat + i) * b;
+          const F diff = centered - projection;
+          store(dx + i, rstd * diff);
+        }
+      } else {
+        for (int64_t i = 0; i < k; i += W) {  // rmsnorm_dx
+          const F projection = load<F>(xhat + i) * b;
+          const F diff = load<F>(ghat + i) - projection;
+          store(dx + i, rstd * diff);
+        }
+      }
+      for (int64_t i = 0; i < k; i += W) {
+        const F dyv = load<F>(dy + i);
+        store(dg + i, load<F>(dg + i) + dyv * load<F>(xhat + i));
+        if (db) store(db + i, load<F>(db + i) + dyv);
+      }
+      break;
+    }
+    default: {
+      float* y = xhat;
+      for (int64_t i = 0; i < k; i += W) store(y + i, load<F>(x + i) * rstd);
+      const float s = canonical_sum(k, [dy, y](int64_t i) {
+        return load<F>(dy + i) * load<F>(y + i);
+      });
+      for (int64_t i = 0; i < k; i += W) {  // l2norm_dx
+        const F yv = load<F>(y + i);
+        const F projection = yv * s;
+        const F diff = load<F>(dy + i) - projection;
+        store(dx + i, rstd * diff);
+      }
+      break;
+    }
+  }
+  narrow(dx, k, a.dx, r * k, nullptr);
+}
+
+/*! Rows of one backward lane: r = lane, lane + 32, ... (the scalar order). */
+void backward_lane(const NormBwdArgs& a, const float* gain, int64_t lane, float* scratch, float* dg,
+                                   float* db) {
+  const int64_t kp = padded(a.cols);
+  for (int64_t r = lane; r < a.rows; r += numerics::kSumLanes) {
+    backward_row(a, gain, r, scratch, scratch + kp, scratch + 2 * kp, scratch + 3 * kp, dg, db);
+  }
+}
+
+}  // namespace
+}  // namespace TWE_SIMD_NS
+}  // namespace cpu
+}  // namespace twe
+
+#endif  // TWE_SIMD_LANES_PASS
