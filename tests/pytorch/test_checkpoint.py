@@ -1,7 +1,13 @@
-"""torch.utils.checkpoint over twinengine.pytorch.Linear: outputs, gradients and every buffer
-(amax histories, scales, rng_state) byte-identical to the run without checkpointing — every
-recipe, reentrant and non-reentrant, autocast inside and outside the checkpointed function,
-eager and compiled. The state advances once per forward and the rng is drawn once."""
+"""torch.utils.checkpoint over twinengine.pytorch modules (Linear, LayerNormMLP, Sequential,
+DotProductAttention dropout): outputs, gradients and every buffer (amax histories, scales,
+rng_state) byte-identical to the run without checkpointing — every recipe, reentrant and
+non-reentrant, autocast inside and outside the checkpointed function, eager and compiled. The
+state advances once per forward and the rng is drawn once.
+
+Compiled with fullgraph=True, stateful recipes need Dynamo's
+``skip_fwd_side_effects_in_bwd_under_checkpoint`` flag (the state writes are side effects it
+then applies once); without it Dynamo raises (fullgraph) or graph-breaks to eager
+checkpointing (exact)."""
 
 from __future__ import annotations
 
@@ -39,6 +45,20 @@ class Model(torch.nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
+class MLPModel(torch.nn.Module):
+    """A fusible-ops module (LayerNormMLP) and a Linear: the Sequential record/replay path."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        torch.manual_seed(0)
+        self.mlp = tep.LayerNormMLP(128, 256, activation="swiglu", normalization="RMSNorm", params_dtype=dtype,
+                                    amax_history_len=3)
+        self.b = tep.Linear(128, 128, params_dtype=dtype, amax_history_len=3, rng_seed=9)
+
+    def block(self, x):
+        return self.b(self.mlp(x))
+
+
 def _body(model, x, recipe, mode, autocast_inside):
     def inner(v):
         if autocast_inside:
@@ -60,9 +80,9 @@ def _step(model, x, recipe, mode, autocast_inside):
     return y
 
 
-def _run(name, mode, autocast_inside, step_fn=_step):
+def _run(name, mode, autocast_inside, step_fn=_step, model_cls=Model):
     recipe, dtype = RECIPES[name]
-    model = Model(dtype)
+    model = model_cls(dtype)
     out = []
     for i in range(STEPS):
         model.zero_grad()
@@ -160,3 +180,74 @@ def test_an_earlier_no_grad_forward_of_the_same_input_does_not_shadow_the_checkp
 
     for a, b in zip(run(True), run(False)):
         assert_bytes_equal(from_torch(a), from_torch(b), "checkpointed vs plain")
+
+
+# ---- fusible-ops modules (Sequential record/replay) ---------------------------------------
+
+@pytest.mark.parametrize("mode", ["reentrant", "non_reentrant"])
+@pytest.mark.parametrize("name", ["delayed", "nvfp4", "mxfp8", "fp8_current"])
+def test_checkpoint_layernorm_mlp_eager_same_bytes_as_plain(name, mode):
+    for autocast_inside in (True, False):
+        plain = _run(name, "plain", autocast_inside, model_cls=MLPModel)
+        _assert_same(_run(name, mode, autocast_inside, model_cls=MLPModel), plain, f"LayerNormMLP {name} {mode}")
+
+
+# ---- compiled, fullgraph, with Dynamo's side-effect flag: stateful recipes ----------------
+
+@pytest.mark.parametrize("model_cls", [Model, MLPModel], ids=["linear", "layernorm_mlp"])
+@pytest.mark.parametrize("name,autocast_inside", [("delayed", False), ("nvfp4", False), ("delayed", True),
+                                                  ("mxfp8", True)])
+def test_checkpoint_compiled_fullgraph_stateful_with_side_effect_flag(name, autocast_inside, model_cls):
+    # The state writes inside the compiled region are attribute rebinds (_state.py) that Dynamo
+    # applies once; the recompute is the traced graph, which read the state as inputs.
+    torch._dynamo.reset()
+    plain = _run(name, "plain", autocast_inside, model_cls=model_cls)
+    with torch._dynamo.config.patch(skip_fwd_side_effects_in_bwd_under_checkpoint=True):
+        compiled = _run(name, "non_reentrant", autocast_inside, _FULLGRAPH_STEP, model_cls=model_cls)
+    _assert_same(compiled, plain, f"{model_cls.__name__} {name} compiled fullgraph + flag")
+
+
+def test_checkpoint_compiled_fullgraph_inductor_delayed_with_side_effect_flag():
+    torch._dynamo.reset()
+    step = torch.compile(_step, fullgraph=True)
+    plain = _run("delayed", "plain", False)
+    with torch._dynamo.config.patch(skip_fwd_side_effects_in_bwd_under_checkpoint=True):
+        _assert_same(_run("delayed", "non_reentrant", False, step), plain, "delayed inductor fullgraph + flag")
+
+
+# ---- DotProductAttention dropout ------------------------------------------------------------
+
+def _attention_run(mode, compiled=False):
+    torch.manual_seed(3)
+    mod = tep.DotProductAttention(2, 16, attention_dropout=0.25, seed=11)
+    q, k, v = (torch.randn(2, 12, 2, 16, requires_grad=True) for _ in range(3))
+
+    def body(a, b, c):
+        return mod(a, b, c) * 1.5
+
+    def step(a, b, c):
+        return body(a, b, c) if mode == "plain" else checkpoint(body, a, b, c, use_reentrant=mode == "reentrant")
+
+    fn = torch.compile(step, fullgraph=True, backend="aot_eager") if compiled else step
+    out = []
+    for _ in range(STEPS):
+        for t in (q, k, v):
+            t.grad = None
+        y = fn(q, k, v)
+        (y * torch.linspace(-1, 1, y.shape[-1])).sum().backward()
+        out.append([y.detach().clone(), q.grad.clone(), k.grad.clone(), v.grad.clone(), mod.rng_state.clone()])
+    return out
+
+
+@pytest.mark.parametrize("mode", ["reentrant", "non_reentrant"])
+def test_checkpoint_attention_dropout_eager_same_bytes_as_plain(mode):
+    plain = _attention_run("plain")
+    assert plain[-1][-1].tolist() == [11, STEPS]
+    _assert_same(_attention_run(mode), plain, f"attention dropout {mode}")
+
+
+def test_checkpoint_attention_dropout_compiled_with_side_effect_flag():
+    torch._dynamo.reset()
+    plain = _attention_run("plain")
+    with torch._dynamo.config.patch(skip_fwd_side_effects_in_bwd_under_checkpoint=True):
+        _assert_same(_attention_run("non_reentrant", compiled=True), plain, "attention dropout compiled + flag")

@@ -188,7 +188,7 @@ class _LinearQuantizedFunction(torch.autograd.Function):
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *,
            delayed_state: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
            rng: torch.Tensor | None = None, weight_cache: QuantizedTensor | None = None,
-           amax_group: str | None = None) -> torch.Tensor:
+           amax_group: str | None = None, fwd_state_writer=None) -> torch.Tensor:
     """y = x · wᵀ (+ bias), quantized as the innermost ``twinengine.pytorch.autocast`` recipe says.
 
     Shapes: x (..., K); weight (N, K) (a tensor, or a QuantizedTensor with both copies); bias
@@ -203,6 +203,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
         whole-tensor amax of x, w and dy is all-reduced with MAX (NUMERICS.md §12); default the
         innermost autocast region's ``amax_reduction_group``. The tensor-parallel layers pass
         their tp_group here.
+        fwd_state_writer: called as ``fwd_state_writer(new_history, new_scale)`` with the updated
+        forward slots instead of copying them into delayed_state's tensors (modules pass
+        ``_state.state_writer`` so a compiled checkpoint region rebinds their buffers).
     Dtypes: x, weight, bias fp32 / bf16 / fp16; y has x's dtype, grads their input's dtype.
     Numerics: outside autocast the three GEMMs run in high precision (fp32 accumulation);
         inside, x and w are quantized with the recipe's input / weight quantizers and dy with
@@ -266,6 +269,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
         amax = reduce_amax(amax, amax_group)
         new_history, new_scale = update_delayed_scaling(record_amax(fwd_history, amax), fwd_scale, qs.fwd_fp8_dtype,
                                                         margin=qs.margin, amax_compute_algo=qs.amax_compute_algo)
-        fwd_history.copy_(new_history)
-        fwd_scale.copy_(new_scale)
+        if fwd_state_writer is not None:
+            fwd_state_writer(new_history, new_scale)
+        else:
+            fwd_history.copy_(new_history)
+            fwd_scale.copy_(new_scale)
     return y

@@ -9,6 +9,7 @@ import torch
 
 from ...recipe import uses_fp8_attention
 from .._ops.attention import attention_bwd, attention_fwd
+from .._state import draw_rng_checkpointable
 from ..autocast import current_recipe
 
 
@@ -39,7 +40,8 @@ class DotProductAttention(torch.nn.Module):
     Guarantees: forward and backward are the CPU kernel of docs/attention.md (same bytes as
     twinengine.jax); gradients flow to query, key and value. Dropout (training only) draws from the
     Philox stream of the module's ``rng_state`` buffer [seed, offset]; every dropout forward uses
-    the current state and then advances offset by 1 (deterministic, checkpointed with the module).
+    the current state and then advances offset by 1 (deterministic, checkpointed with the module;
+    under ``torch.utils.checkpoint`` the recomputed forward reuses the first run's draw).
     Under ``tep.autocast(recipe)`` with a recipe whose ``fp8_dpa`` / ``fp8_mha`` is set
     (DelayedScaling, Float8CurrentScaling) forward and backward are FP8 attention
     (docs/attention.md §9); otherwise high precision.
@@ -87,10 +89,8 @@ class DotProductAttention(torch.nn.Module):
             seqlens_q, seqlens_kv = lens
         dropout_p = self.attention_dropout if self.training else 0.0
         rng = None
-        if dropout_p > 0.0:
-            rng = self.rng_state.clone()
-            with torch.no_grad():
-                self.rng_state[1] += 1
+        if dropout_p > 0.0:  # drawn once per forward; a checkpoint recompute replays the same draw
+            rng = draw_rng_checkpointable(self, (query_layer, key_layer, value_layer))
         out = _DotProductAttentionFn.apply(query_layer, key_layer, value_layer, seqlens_q, seqlens_kv, rng,
                                            cu_seqlens_q, cu_seqlens_kv, mask_type, window, self.softmax_scale,
                                            dropout_p, fmt, uses_fp8_attention(current_recipe()))

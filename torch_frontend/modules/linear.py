@@ -12,6 +12,7 @@ from ...quantized_tensor import QuantizedTensor
 from ...recipe import DelayedScaling
 from .._library import dtype_name, surface_errors, tensor_fallback
 from .._ops.linear import linear
+from .._state import draw_rng, in_compiled_checkpoint, state_writer
 from ..autocast import current_amax_group, current_recipe, replay_region
 from ..distributed import (add_bias, copy_to_group, gather_from_sequence, group_name, quantize_reduced,
                            reduce_from_group, scatter_to_sequence)
@@ -142,20 +143,26 @@ class Linear(torch.nn.Module):
                  rng: torch.Tensor | None, cache: QuantizedTensor | None = None) -> torch.Tensor:
         state = (fwd_history, fwd_scale, self.bwd_amax_history, self.bwd_scale)
         recipe = current_recipe()
+        # the forward scale/history update: in place, or rebound inside a compiled checkpoint
+        # region (_state.py); a recompute (throwaway state, see _recompute) writes nowhere
+        writer = state_writer(self, "fwd_amax_history", "fwd_scale") if fwd_scale is self.fwd_scale else None
         if recipe is None or not linear_quantizers(recipe).needs_rng:
-            if isinstance(recipe, DelayedScaling) and torch.compiler.is_compiling():
-                _mark_stateful_compiled_forward()
-            return self._parallel_linear(x, delayed_state=state, weight_cache=cache)
+            return self._parallel_linear(x, delayed_state=state, weight_cache=cache, fwd_state_writer=writer)
         if rng is None:
-            if torch.compiler.is_compiling():
-                _mark_stateful_compiled_forward()
-            # Advance first and use a value computed from the advanced state: a plain clone of
-            # the buffer may be elided by inductor and then read after the buffer update.
-            step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
-            advanced = self.rng_state + step
-            self.rng_state.copy_(advanced)
-            rng = advanced - step
-        return self._parallel_linear(x, rng=rng, delayed_state=state, weight_cache=cache)
+            rng = self._draw_rng()
+        return self._parallel_linear(x, rng=rng, delayed_state=state, weight_cache=cache, fwd_state_writer=writer)
+
+    def _draw_rng(self) -> torch.Tensor:
+        """The [seed, offset] this call rounds with; advances ``rng_state`` by one."""
+        if in_compiled_checkpoint():
+            return draw_rng(self)
+        # Plain aten ops (torch.func transforms this forward; a mutating custom op would not):
+        # advance first and use a value computed from the advanced state — a plain clone of the
+        # buffer may be elided by inductor and then read after the buffer update.
+        step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
+        advanced = self.rng_state + step
+        self.rng_state.copy_(advanced)
+        return advanced - step
 
     def _amax_group(self) -> str | None:
         """The group whole-tensor amaxes are reduced over: autocast's, else the tp_group."""
@@ -184,9 +191,8 @@ class Linear(torch.nn.Module):
     # non-reentrant one) records what it used — the recipe, the forward scales, the rng value —
     # with a hash of the input's bytes (a recompute takes the newest record its input matches);
     # the recompute replays exactly that call without touching the buffers (the grad slot is
-    # updated once, by the one backward that runs). Compiled checkpoint regions: stateless
-    # recipes recompute inside the graph from the same values; stateful ones graph-break to
-    # this eager path (see _mark_stateful_compiled_forward).
+    # updated once, by the one backward that runs). Compiled checkpoint regions recompute
+    # inside the graph from the same values; state writes there are rebinds (_state.py).
 
     def _record(self, x: torch.Tensor, cache: QuantizedTensor | None) -> None:
         recipe = current_recipe()
@@ -225,17 +231,3 @@ def _input_meta(x: torch.Tensor) -> tuple:
     """With the input's hash (torch.hash_tensor), what matches a recompute to its original call."""
     return (tuple(x.shape), x.dtype, x.device)
 
-
-_STATEFUL_COMPILED_FORWARD: dict[str, bool] = {}
-"""Written by every compiled forward that advances layer state (DelayedScaling scales,
-stochastic-rounding offsets)."""
-
-
-def _mark_stateful_compiled_forward() -> None:
-    # A Python side effect on purpose. Outside torch.utils.checkpoint Dynamo replays it (a
-    # harmless attribute write). Inside a compiled checkpoint region Dynamo cannot replay side
-    # effects in the recompute, so it graph-breaks — the region then runs as eager
-    # checkpointing, which replays this layer exactly (see _record / _recompute) — or, with
-    # fullgraph=True, raises "HOP: Unsafe side effect" instead of recomputing the forward from
-    # already-advanced state (a silently different gradient).
-    _STATEFUL_COMPILED_FORWARD["seen"] = True

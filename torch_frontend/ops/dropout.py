@@ -6,7 +6,7 @@ import torch
 
 from ...fusion.ops import OpDesc, check_dropout_p, check_input_kind
 from .._ops.dropout import dropout_bwd, dropout_fwd
-from .._ops.rng import rng_advance
+from .._state import draw_rng
 from .op import BasicOperation
 
 
@@ -32,13 +32,10 @@ class Dropout(BasicOperation):
     def describe(self) -> OpDesc:
         return OpDesc("dropout", "Dropout")
 
-    def op_advances_state(self, static) -> bool:
-        return static["active"]
-
     def op_call(self, recipe):
         if not self.training or self.p == 0.0:
             return {"active": False}, {}
-        return {"active": True}, {"rng": rng_advance(self.rng_state)}
+        return {"active": True}, {"rng": draw_rng(self)}
 
     def op_forward_compute(self, x, params, *, active=False, rng=None):
         check_input_kind("Dropout", not isinstance(x, torch.Tensor), False)

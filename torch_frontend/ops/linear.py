@@ -23,7 +23,7 @@ from .._library import torch_dtype
 from .._ops.bias import bias_add, bias_grad
 from .._ops.gemm import gemm
 from .._ops.quantize import quantize, record_amax, update_delayed_scaling
-from .._ops.rng import rng_advance
+from .._state import draw_rng, write_state
 from ..autocast import current_amax_group
 from ..distributed import reduces_amax
 from .op import BasicOperation, OpContext
@@ -91,12 +91,8 @@ class BasicLinear(BasicOperation):
             check_delayed_state(self.fwd_amax_history.shape[0], qs)
             tensors.update(fwd_scale=self.fwd_scale, bwd_scale=self.bwd_scale, bwd_amax_history=self.bwd_amax_history)
         if qs.needs_rng:
-            tensors["rng"] = rng_advance(self.rng_state)
+            tensors["rng"] = draw_rng(self)
         return {"quantizers": qs}, tensors
-
-    def op_advances_state(self, static) -> bool:
-        qs = static["quantizers"]
-        return qs is not None and (qs.delayed or qs.needs_rng)
 
     def op_input_quantization(self, static, tensors):
         qs = static["quantizers"]
@@ -123,8 +119,8 @@ class BasicLinear(BasicOperation):
         history, scale = update_delayed_scaling(record_amax(self.fwd_amax_history, amax), self.fwd_scale,
                                                 qs.fwd_fp8_dtype, margin=qs.margin,
                                                 amax_compute_algo=qs.amax_compute_algo)
-        self.fwd_amax_history.copy_(history)
-        self.fwd_scale.copy_(scale)
+        write_state(self, "fwd_amax_history", history)
+        write_state(self, "fwd_scale", scale)
 
     def op_forward_compute(self, x, params, *, quantizers=None, fwd_scale=None, bwd_scale=None,
                            bwd_amax_history=None, rng=None):

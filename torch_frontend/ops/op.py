@@ -122,13 +122,10 @@ class BasicOperation(torch.nn.Module):
 
     def op_call(self, recipe: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor | None]]:
         """Per-call arguments of compute: (static kwargs, tensor kwargs). Called once per forward,
-        outside the autograd function (may advance module state such as an rng offset)."""
+        outside the autograd function (may advance module state such as an rng offset: use
+        ``twinengine.pytorch.ops.draw_rng`` / ``write_state`` for that, so activation
+        checkpointing — eager and compiled — replays the call without advancing it twice)."""
         return {}, {}
-
-    def op_advances_state(self, static: dict) -> bool:
-        """Whether a call with these static kwargs reads or advances module state (delayed-scaling
-        scales, an rng offset): compiled checkpointing must then not recompute it."""
-        return False
 
     def op_input_quantization(self, static: dict, tensors: dict) -> dict | None:
         """How this op wants its input quantized in this call ({"quantizer", "scale"}), so the
@@ -149,7 +146,8 @@ class BasicOperation(torch.nn.Module):
         return ()
 
     def op_update_state(self, static: dict, values: tuple[torch.Tensor, ...]) -> None:
-        """Applies ``op_forward_state``'s tensors to module state after the forward."""
+        """Applies ``op_forward_state``'s tensors to module state after the forward (write buffers
+        with ``twinengine.pytorch.ops.write_state``, not ``copy_``: see ``op_call``)."""
 
     def op_forward_save_ctx(self, ctx: OpContext, saved: Any) -> None:
         ctx.save(saved)

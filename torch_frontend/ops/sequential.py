@@ -22,7 +22,6 @@ from ...fusion import (KernelGroup, check_extra_inputs, check_sequential, plan, 
 from ...quantized_tensor import QuantizedTensor
 from .._ops.activation import activation_bwd_dbias
 from ..autocast import current_recipe, replay_region
-from ..modules.linear import _mark_stateful_compiled_forward
 from .linear import Linear
 from .op import BasicOperation, OpContext
 
@@ -197,8 +196,6 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: torch.Ten
                      or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None)
     recipe = current_recipe()
     calls = [op.op_call(recipe) for op in ops]
-    if torch.compiler.is_compiling() and any(op.op_advances_state(c[0]) for op, c in zip(ops, calls)):
-        _mark_stateful_compiled_forward()
     if recording:
         _record(ops, x, extra_inputs, recipe, calls)
     outputs = _apply(ops, params, x, extra_inputs, recipe, calls, fuse)

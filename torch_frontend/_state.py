@@ -1,0 +1,136 @@
+"""Module state written so that activation checkpointing replays it exactly, eager and compiled.
+
+Modules keep state that every training forward advances: DelayedScaling amax histories and
+scales, and the [seed, offset] rng buffers of stochastic rounding and dropout.
+``torch.utils.checkpoint`` runs the forward a second time during the backward; that recompute
+must see the values of the first run and must not advance the state again.
+
+- Eager: modules record what a checkpointable forward used (the modules' ``_record`` /
+  ``_recompute``; ``draw_rng_checkpointable`` here for rng-only modules) and replay it.
+- Compiled (Dynamo traces the checkpointed region into one higher-order op whose recompute is
+  the traced graph itself): the state is read as graph inputs, so the recompute sees the
+  first run's values by construction; the writes must happen once, after the region. Inside a
+  traced checkpoint region ``write_state`` / ``draw_rng`` therefore *rebind* the buffer
+  attribute to the new tensor (a Python side effect) instead of copying into it (a graph
+  mutation the recompute would repeat). Dynamo applies such side effects once when
+  ``torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True``; without that
+  flag it refuses them — ``fullgraph=True`` raises Dynamo's "HOP: Unsafe side effect" error,
+  whose hint names the flag, and ``fullgraph=False`` graph-breaks to eager checkpointing, which
+  replays exactly. Never a silently different gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+@torch.compiler.assume_constant_result
+def _tracing_checkpoint_region() -> bool:
+    """Whether Dynamo is tracing inside a ``torch.utils.checkpoint`` region right now.
+
+    Evaluated by Dynamo at trace time (assume_constant_result): walks the chain of subgraph
+    tracers looking for the activation-checkpoint higher-order op.
+    """
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        tx = InstructionTranslator.current_tx()
+    except Exception:  # not tracing
+        return False
+    tracer = getattr(getattr(tx, "output", None), "current_tracer", None)
+    while tracer is not None:
+        if "tag_activation_checkpoint" in str(getattr(tracer, "source_target", None)):
+            return True
+        tracer = getattr(tracer, "parent", None)
+    return False
+
+
+def in_compiled_checkpoint() -> bool:
+    """True while torch.compile traces the inside of an activation-checkpoint region."""
+    return torch.compiler.is_compiling() and _tracing_checkpoint_region()
+
+
+def write_state(module: torch.nn.Module, name: str, value: torch.Tensor) -> None:
+    """Sets buffer ``name`` of ``module`` to ``value`` (same shape and dtype).
+
+    Outside a compiled checkpoint region: an in-place copy (the buffer keeps its identity).
+    Inside one: the attribute is rebound to ``value`` (see the module docstring)."""
+    if in_compiled_checkpoint():
+        setattr(module, name, value)
+        return
+    with torch.no_grad():
+        getattr(module, name).copy_(value)
+
+
+def state_writer(module: torch.nn.Module, *names: str):
+    """A callable ``write(*values)`` that ``write_state``s each of ``names`` in order."""
+    def write(*values: torch.Tensor) -> None:
+        for name, value in zip(names, values):
+            write_state(module, name, value)
+    return write
+
+
+def draw_rng(module: torch.nn.Module, name: str = "rng_state") -> torch.Tensor:
+    """Returns the module's current [seed, offset] (int64 (2,)) and advances the offset by one.
+
+    Outside a compiled checkpoint region this is the ``twinengine::rng_advance`` op (its output
+    is saved, never recomputed, so the compiled backward sees the offset the forward used);
+    inside one the buffer is rebound to the advanced state and the graph input is returned."""
+    from ._ops.rng import rng_advance
+
+    state = getattr(module, name)
+    if in_compiled_checkpoint():
+        setattr(module, name, state + torch.tensor([0, 1], dtype=state.dtype, device=state.device))
+        return state
+    return rng_advance(state)
+
+
+def may_be_recomputed() -> bool:
+    """Eager only: whether the running forward is one activation checkpointing may recompute
+    (grad disabled: reentrant checkpoint's first pass; saved-tensor hooks active: the
+    non-reentrant one)."""
+    return not torch.is_grad_enabled() or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+
+
+def is_recompute() -> bool:
+    """Eager only: whether the running forward was started by the backward pass (a checkpoint
+    recompute)."""
+    return torch._C._current_graph_task_id() != -1
+
+
+_MAX_RECORDS = 4096
+
+
+def draw_rng_checkpointable(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                            name: str = "rng_state") -> torch.Tensor:
+    """``draw_rng`` for modules whose only state is an rng buffer, replayed by eager checkpointing.
+
+    A forward that checkpointing may recompute records the value it drew, keyed by the shapes
+    and a hash of ``inputs``; the recompute (run by the backward) takes the newest matching
+    record instead of drawing again, so the recomputed forward uses the same random bits and
+    the offset advances once. Compiled: ``draw_rng`` (see the module docstring).
+
+    Raises:
+        RuntimeError: a recompute whose inputs match no recorded forward.
+    """
+    if torch.compiler.is_compiling():
+        return draw_rng(module, name)
+    records = module.__dict__.setdefault("_rng_records", [])
+    key = tuple((tuple(t.shape), t.dtype, t.device) for t in inputs)
+    if is_recompute():
+        digests = [torch.hash_tensor(t.detach()) for t in inputs]
+        for i in range(len(records) - 1, -1, -1):
+            rec_key, rec_digests, value = records[i]
+            if rec_key == key and all(torch.equal(a, b) for a, b in zip(rec_digests, digests)):
+                del records[i]
+                return value
+        raise RuntimeError(
+            f"twinengine.pytorch.{type(module).__name__}: a forward ran inside a backward pass (activation "
+            "checkpointing recompute) with inputs this module did not see in a checkpointed forward; the "
+            "recomputed forward must be deterministic and see the same inputs")
+    value = draw_rng(module, name)
+    if may_be_recomputed():
+        records.append((key, [torch.hash_tensor(t.detach()) for t in inputs], value.clone()))
+        if len(records) > _MAX_RECORDS:  # forwards never recomputed (evaluation): drop the oldest
+            del records[0]
+    return value
