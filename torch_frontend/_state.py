@@ -21,6 +21,8 @@ must see the values of the first run and must not advance the state again.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -101,36 +103,57 @@ def is_recompute() -> bool:
 _MAX_RECORDS = 4096
 
 
+def _input_key(inputs: tuple[torch.Tensor, ...]) -> tuple:
+    return tuple((tuple(t.shape), t.dtype, t.device) for t in inputs)
+
+
+def record_call(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], values: Any) -> None:
+    """Eager checkpointing, first run: remember ``values`` (what this call used — recipe, scales,
+    rng) keyed by the inputs' shapes and a hash of their bytes (kept as tensors: no device
+    sync in the forward). At most 4096 records are kept (forwards never recomputed, e.g.
+    evaluation under no_grad, age out)."""
+    records = module.__dict__.setdefault("_checkpoint_records", [])
+    records.append((_input_key(inputs), [torch.hash_tensor(t.detach()) for t in inputs], values))
+    if len(records) > _MAX_RECORDS:
+        del records[0]
+
+
+def replayed_call(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
+    """Eager checkpointing, the recompute: the values of the newest recorded call whose inputs
+    match (newest first: an older no-grad forward of the same input must not shadow the
+    checkpointed call); the record is consumed.
+
+    Raises:
+        RuntimeError: no recorded call has these inputs.
+    """
+    records = module.__dict__.get("_checkpoint_records", [])
+    key = _input_key(inputs)
+    digests = [torch.hash_tensor(t.detach()) for t in inputs]
+    for i in range(len(records) - 1, -1, -1):
+        rec_key, rec_digests, values = records[i]
+        if rec_key == key and all(torch.equal(a, b) for a, b in zip(rec_digests, digests)):
+            del records[i]
+            return values
+    raise RuntimeError(
+        f"twinengine.pytorch.{type(module).__name__}: a forward ran inside a backward pass (activation "
+        "checkpointing recompute) with inputs this module did not see in a checkpointed forward; the "
+        "recomputed forward must be deterministic and see the same inputs")
+
+
 def draw_rng_checkpointable(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                             name: str = "rng_state") -> torch.Tensor:
     """``draw_rng`` for modules whose only state is an rng buffer, replayed by eager checkpointing.
 
-    A forward that checkpointing may recompute records the value it drew, keyed by the shapes
-    and a hash of ``inputs``; the recompute (run by the backward) takes the newest matching
-    record instead of drawing again, so the recomputed forward uses the same random bits and
-    the offset advances once. Compiled: ``draw_rng`` (see the module docstring).
-
-    Raises:
-        RuntimeError: a recompute whose inputs match no recorded forward.
+    A forward that checkpointing may recompute records the value it drew (``record_call``); the
+    recompute (run by the backward) takes it back (``replayed_call``) instead of drawing again,
+    so the recomputed forward uses the same random bits and the offset advances once.
+    Compiled: ``draw_rng`` (see the module docstring).
     """
     if torch.compiler.is_compiling():
         return draw_rng(module, name)
-    records = module.__dict__.setdefault("_rng_records", [])
-    key = tuple((tuple(t.shape), t.dtype, t.device) for t in inputs)
     if is_recompute():
-        digests = [torch.hash_tensor(t.detach()) for t in inputs]
-        for i in range(len(records) - 1, -1, -1):
-            rec_key, rec_digests, value = records[i]
-            if rec_key == key and all(torch.equal(a, b) for a, b in zip(rec_digests, digests)):
-                del records[i]
-                return value
-        raise RuntimeError(
-            f"twinengine.pytorch.{type(module).__name__}: a forward ran inside a backward pass (activation "
-            "checkpointing recompute) with inputs this module did not see in a checkpointed forward; the "
-            "recomputed forward must be deterministic and see the same inputs")
+        return replayed_call(module, inputs)
     value = draw_rng(module, name)
     if may_be_recomputed():
-        records.append((key, [torch.hash_tensor(t.detach()) for t in inputs], value.clone()))
-        if len(records) > _MAX_RECORDS:  # forwards never recomputed (evaluation): drop the oldest
-            del records[0]
+        record_call(module, inputs, value.clone())
     return value

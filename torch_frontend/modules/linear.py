@@ -12,7 +12,8 @@ from ...quantized_tensor import QuantizedTensor
 from ...recipe import DelayedScaling
 from .._library import dtype_name, surface_errors, tensor_fallback
 from .._ops.linear import linear
-from .._state import draw_rng, in_compiled_checkpoint, state_writer
+from .._state import (draw_rng, in_compiled_checkpoint, is_recompute, may_be_recomputed, record_call, replayed_call,
+                      state_writer)
 from ..autocast import current_amax_group, current_recipe, replay_region
 from ..distributed import (add_bias, copy_to_group, gather_from_sequence, group_name, quantize_reduced,
                            reduce_from_group, scatter_to_sequence)
@@ -109,10 +110,10 @@ class Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, is_first_microbatch: bool | None = None) -> torch.Tensor:
         if not torch.compiler.is_compiling():
-            if torch._C._current_graph_task_id() != -1:
+            if is_recompute():
                 return self._recompute(x)  # a forward run by the backward pass: checkpoint recompute
             cache = self._weight_cache(is_first_microbatch)
-            if not torch.is_grad_enabled() or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+            if may_be_recomputed():
                 self._record(x, cache)  # a forward that activation checkpointing may recompute
             return self._forward(x, self.fwd_amax_history, self.fwd_scale, None, cache)
         return self._forward(x, self.fwd_amax_history, self.fwd_scale, None, self._weight_cache(is_first_microbatch))
@@ -199,35 +200,10 @@ class Linear(torch.nn.Module):
         rng = None
         if recipe is not None and linear_quantizers(recipe).needs_rng:
             rng = self.rng_state.clone()
-        records = self.__dict__.setdefault("_checkpoint_records", [])
-        # the input's hash stays a tensor (no device sync in the forward); it is compared in the recompute
-        records.append((_input_meta(x), torch.hash_tensor(x.detach()), recipe, self.fwd_scale.detach().clone(), rng,
-                        cache))
-        if len(records) > _MAX_RECORDS:  # forwards never recomputed (evaluation): drop the oldest
-            del records[0]
+        record_call(self, (x,), (recipe, self.fwd_scale.detach().clone(), rng, cache))
 
     def _recompute(self, x: torch.Tensor) -> torch.Tensor:
-        records = self.__dict__.get("_checkpoint_records", [])
-        meta, digest = _input_meta(x), torch.hash_tensor(x.detach())
-        for i in range(len(records) - 1, -1, -1):  # newest first: an older no-grad (evaluation) forward of the
-            record = records[i]                    # same input must not shadow the checkpointed call
-            if record[0] == meta and torch.equal(record[1], digest):
-                _, _, recipe, fwd_scale, rng, cache = records.pop(i)
-                break
-        else:
-            raise RuntimeError(
-                "twinengine.pytorch.Linear: a forward ran inside a backward pass (activation checkpointing "
-                "recompute) with an input this layer did not see in a checkpointed forward; the recomputed "
-                "forward must be deterministic and see the same inputs")
+        recipe, fwd_scale, rng, cache = replayed_call(self, (x,))
         # throwaway forward state: the recompute reads the recorded scales and updates nothing
         with replay_region(recipe):
             return self._forward(x, self.fwd_amax_history.detach().clone(), fwd_scale.clone(), rng, cache)
-
-
-_MAX_RECORDS = 4096
-
-
-def _input_meta(x: torch.Tensor) -> tuple:
-    """With the input's hash (torch.hash_tensor), what matches a recompute to its original call."""
-    return (tuple(x.shape), x.dtype, x.device)
-

@@ -232,7 +232,8 @@ def _apply(ops, params, x, extra_inputs, recipe, calls, fuse) -> tuple:
 # state an op reads is snapshotted: BasicOperation.replay_snapshot) with a hash of its inputs; the
 # recompute replays exactly that call and updates no state, so checkpointed and plain runs give
 # the same bytes (tep.Linear does the same). Compiled code needs none of this: AOTAutograd
-# recomputes inside the graph from the same values.
+# recomputes inside the graph from the same values, and the ops write their state with
+# _state.write_state / draw_rng (applied once).
 
 _MAX_RECORDS = 4096
 
