@@ -1,9 +1,9 @@
 """twinengine.jax.sharding: running twinengine ops on local shards inside ``jax.shard_map``
 with the bytes of the unsharded run (NUMERICS.md §12).
 
-The ops themselves carry no partitioning rule yet; the supported way to shard them is
-``jax.shard_map`` (each device calls the op on its own shard, no all-gather of operands) with
-the amax reduction of this module:
+Under a plain sharded ``jax.jit`` the ops partition themselves (``twinengine.jax.partitioning``).
+Inside ``jax.shard_map`` (each device calls the op on its own shard, no all-gather of
+operands) use the amax reduction of this module:
 
 - ``amax_reduction(axes)``: inside the region, every per-tensor amax that a twinengine quantize
   forms (current scaling, the amax a delayed-scaling quantize reports) is ``pmax``-ed over the

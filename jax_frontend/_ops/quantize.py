@@ -15,6 +15,7 @@ from ...ops.quantize import (DEQUANTIZE, F32_ABS_MASK, F32_INF_BITS, QUANTIZE, U
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Float8DelayedScalingQuantizer, Quantizer
 from .._library import dtype_name, ffi, jax_dtype, meta
+from ..partitioning import Rule, factor_sizes, partitioned, plain_dims, quantized_blocks, quantized_dims, shards_locally
 from ..sharding import amax_axes, reduce_amax, scale_from_amax
 
 
@@ -32,20 +33,52 @@ def quantize(x, quantizer: Quantizer, *, scale=None, rng=None) -> QuantizedTenso
     Sharded (inside ``shard_map`` under ``twinengine.jax.sharding.amax_reduction(axes)``):
         per-tensor amaxes are ``pmax``-ed over `axes` before the scale is formed, so each
         shard's bytes are the matching part of the unsharded result (NUMERICS.md §12).
+    Sharded jit (``twinengine.jax.partitioning``): runs per shard of x, per-tensor amaxes
+        ``pmax``-ed over the mesh axes sharding x; the result is the unsharded one byte for
+        byte, its arrays sharded like x. NVFP4 gathers x (its kernel forms the global amax).
     Raises:
-        TypeError / ValueError: from the shared core checks; NVFP4 under an amax reduction.
+        TypeError / ValueError: from the shared core checks; NVFP4 under an amax reduction;
+        at compile time, a shard boundary of x inside a block / scale tile.
     """
     x = jnp.asarray(x)
     source = x if isinstance(x, jax.core.Tracer) else None  # a concrete x is never differentiated
     x = lax.stop_gradient(x) if source is not None else x
+    call = QUANTIZE.cached_plan(meta(x), quantizer, meta(scale), meta(rng))
+    static = (quantizer, scale is not None, rng is not None)
+    outputs = _quantize_op(_quantize_rule(call, x, quantizer, scale, rng), static,
+                           *[a for a in (x, scale, rng) if a is not None])
+    qt = QuantizedTensor(**{spec.name: a for spec, a in zip(call.outputs, outputs)}, quantizer=quantizer,
+                         shape=tuple(x.shape), dtype=dtype_name(x.dtype))
+    if source is not None:
+        qt.grad_source = source  # dequantize's straight-through link (not a pytree leaf)
+    return qt
+
+
+def _quantize_rule(call, x, quantizer: Quantizer, scale, rng) -> Rule:
+    """x's dimensions shard locally (NVFP4: none); per-tensor amaxes pmax-ed across them."""
+    x_dims = plain_dims("x", x.shape)
+    inputs = [("x", x_dims)] + [(name, ((),)) for name, a in (("scale", scale), ("rng", rng)) if a is not None]
+    local = frozenset(f for d in x_dims for f in d) if shards_locally(quantizer) else frozenset()
+    return Rule("quantize", tuple(inputs), tuple(quantized_dims(quantizer, x_dims, s.name) for s in call.outputs),
+                factor_sizes([(x_dims, x.shape)]), local=local, amax=local,
+                blocks=quantized_blocks(quantizer, x_dims, "x"))
+
+
+def _quantize_shard(static, sizes, x, *rest):
+    """quantize on one shard (or the whole x): the QuantizedTensor fields in kernel order."""
+    quantizer, has_scale, has_rng = static
+    scale = rest[0] if has_scale else None
+    rng = rest[-1] if has_rng else None
     axes = amax_axes()
     if axes and quantizer.scaling_mode in ("fp8_current", "fp8_delayed", "nvfp4"):
         qt = _quantize_reduced(x, quantizer, scale, rng, axes)
     else:
         qt = _quantize_local(x, quantizer, scale, rng)
-    if source is not None:
-        qt.grad_source = source  # dequantize's straight-through link (not a pytree leaf)
-    return qt
+    return tuple(getattr(qt, spec.name) for spec in QUANTIZE.cached_plan(meta(x), quantizer, meta(scale),
+                                                                          meta(rng)).outputs)
+
+
+_quantize_op = partitioned(_quantize_shard)
 
 
 def _quantize_local(x, quantizer: Quantizer, scale, rng) -> QuantizedTensor:
@@ -89,9 +122,27 @@ def dequantize(qt: QuantizedTensor, dtype=jnp.float32, *, columnwise: bool = Fal
         ValueError: the requested copy is absent (its quantizer lacks that usage).
     """
     call = DEQUANTIZE.plan(qt, dtype_name(dtype), columnwise)
-    (out,) = ffi(call, [getattr(qt, name) for name in call.inputs])
+    x_dims = plain_dims("x", qt.shape)
+    rule = Rule("dequantize", tuple((name, quantized_dims(qt.quantizer, x_dims, name)) for name in call.inputs),
+                (x_dims,), factor_sizes([(x_dims, qt.shape)]),
+                local=frozenset(f for d in x_dims for f in d) if shards_locally(qt.quantizer) else frozenset(),
+                blocks=quantized_blocks(qt.quantizer, x_dims, "qt"))
+    (out,) = _dequantize_op(rule, (qt.quantizer, qt.dtype, dtype_name(dtype), columnwise, call.inputs,
+                                   len(qt.shape)),
+                            *[getattr(qt, name) for name in call.inputs])
     source = None if columnwise and getattr(qt.quantizer, "with_rht", False) else getattr(qt, "grad_source", None)
     return out if source is None else _straight_through(source, out)
+
+
+def _dequantize_shard(static, sizes, *arrays):
+    """dequantize of one shard of the copy (or the whole copy)."""
+    quantizer, qt_dtype, dtype, columnwise, names, rank = static
+    shape = tuple(sizes[f"x{i}"] for i in range(rank))
+    qt = QuantizedTensor(**dict(zip(names, arrays)), quantizer=quantizer, shape=shape, dtype=qt_dtype)
+    return ffi(DEQUANTIZE.plan(qt, dtype, columnwise), list(arrays))
+
+
+_dequantize_op = partitioned(_dequantize_shard)
 
 
 def update_delayed_scaling(amax_history, scale, fp8_dtype: str, *, margin: int = 0, amax_compute_algo: str = "max"):

@@ -1,0 +1,189 @@
+"""twinengine ops under a plain sharded jax.jit (NamedSharding inputs, no shard_map): their
+custom_partitioning rules run them per shard with the unsharded bytes (NUMERICS.md §12) on
+meshes (dp=8), (tp=8), (dp=2, tp=4); the compiled HLO gathers no high-precision input where
+the op runs shard-local; bad shardings raise clear errors."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import twinengine.jax as tej
+from twinengine.recipe import Float8CurrentScaling, MXFP8BlockScaling
+from twinengine.quantizers import (Float8BlockQuantizer, Float8CurrentScalingQuantizer,
+                                   Float8DelayedScalingQuantizer, MXFP8Quantizer, NVFP4Quantizer)
+
+from jax_distributed._mesh import HAVE_8, mesh, needs_8, run_in_subprocess
+
+ROW_SPECS = {"dp8": P("dp", None), "tp8": P(None, "tp"), "dp2tp4": P("dp", "tp")}
+
+QUANTIZERS = {
+    "current": (Float8CurrentScalingQuantizer("e4m3"), (64, 128)),
+    "current_pow2_e5m2": (Float8CurrentScalingQuantizer("e5m2", force_pow_2_scales=True, amax_epsilon=1e-3),
+                          (64, 128)),
+    "delayed": (Float8DelayedScalingQuantizer("e4m3"), (64, 128)),
+    "mxfp8": (MXFP8Quantizer("e4m3"), (1024, 1024)),
+    "fp8_block_1d": (Float8BlockQuantizer("e4m3", block_scaling_dim=1), (1024, 1024)),
+    "fp8_block_2d": (Float8BlockQuantizer("e4m3", block_scaling_dim=2, columnwise=False), (1024, 4096)),
+    "nvfp4": (NVFP4Quantizer(), (128, 256)),
+}
+
+
+def _put(m, spec, x):
+    return jax.device_put(x, NamedSharding(m, spec))
+
+
+def _input(shape, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32) * np.float32(3.0)
+    x[(shape[0] - 1,) + (slice(None),) * (len(shape) - 1)] *= np.float32(4.0)  # amax on the last row shard
+    return jnp.asarray(x).astype(dtype)
+
+
+def _bytes(a):
+    a = np.asarray(a)
+    return a.view(np.uint8) if a.dtype.itemsize == 1 else a.view(f"uint{8 * a.dtype.itemsize}")
+
+
+def assert_bytes_equal(got, want):
+    got_leaves, want_leaves = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
+    assert len(got_leaves) == len(want_leaves)
+    for g, w in zip(got_leaves, want_leaves):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        np.testing.assert_array_equal(_bytes(g), _bytes(w))
+
+
+def _quantize_fn(quantizer, scale):
+    def f(x):
+        qt = tej.quantize(x, quantizer, scale=scale)
+        outs = {"qt": qt, "rowwise": tej.dequantize(qt, x.dtype)}
+        if quantizer.columnwise:
+            outs["columnwise"] = tej.dequantize(qt, jnp.float32, columnwise=True)
+        return outs
+    return f
+
+
+@needs_8
+@pytest.mark.parametrize("mesh_name", list(ROW_SPECS))
+@pytest.mark.parametrize("qname", list(QUANTIZERS))
+def test_quantize_sharded_jit_equals_unsharded(mesh_name, qname):
+    quantizer, shape = QUANTIZERS[qname]
+    m, spec = mesh(mesh_name), ROW_SPECS[mesh_name]
+    dtype = jnp.bfloat16 if qname == "nvfp4" else jnp.float32
+    x = _input(shape, dtype)
+    scale = jnp.asarray([7.5], jnp.float32) if qname == "delayed" else None
+    f = _quantize_fn(quantizer, scale)
+    want = jax.jit(f)(x)
+    got = jax.jit(f)(_put(m, spec, x))
+    assert_bytes_equal(got, want)
+    if qname != "nvfp4":  # NVFP4 gathers x (its kernel forms the global amax)
+        assert got["qt"].rowwise_data.sharding.is_equivalent_to(NamedSharding(m, spec), len(shape))
+
+
+@pytest.mark.skipif(HAVE_8, reason="runs the file in a subprocess only when JAX here has < 8 devices")
+def test_subprocess():
+    run_in_subprocess(__file__)
+
+
+def _hlo(fn, *args) -> str:
+    return jax.jit(fn).lower(*args).compile().as_text()
+
+
+def _gathers(hlo: str) -> list[str]:
+    """The all-gathers of high-precision values in compiled HLO (XLA's CPU backend moves bf16 as f32)."""
+    return [line for line in hlo.splitlines()
+            if "all-gather" in line and any(f"= {t}[" in line or f"({t}[" in line for t in ("f32", "bf16", "f16"))]
+
+
+@needs_8
+def test_quantize_hlo_gathers_no_high_precision_input():
+    quantizer, shape = QUANTIZERS["current"]
+    m = mesh("dp2tp4")
+    x = _put(m, ROW_SPECS["dp2tp4"], _input(shape))
+    hlo = _hlo(lambda v: tej.quantize(v, quantizer).rowwise_data, x)
+    assert not _gathers(hlo), _gathers(hlo)
+    assert "all-reduce" in hlo  # the amax pmax
+    # the guard: NVFP4 runs replicated, so its bf16 input is gathered
+    xb = _put(m, ROW_SPECS["dp2tp4"], _input((128, 256), jnp.bfloat16))
+    assert _gathers(_hlo(lambda v: tej.quantize(v, NVFP4Quantizer()).rowwise_data, xb))
+
+
+@needs_8
+def test_quantize_shard_boundary_inside_block_is_refused():
+    m = mesh("dp8")
+    x = _put(m, P("dp", None), _input((256, 128)))  # 32 rows a shard: inside MXFP8's 128-row scale tile
+    with pytest.raises(Exception, match="quantize: a shard boundary of x falls inside a MXFP8Quantizer block"):
+        jax.jit(lambda v: tej.quantize(v, MXFP8Quantizer()).rowwise_data)(x)
+    y = _put(m, P("dp", None, None), _input((8, 16, 256)))  # 16 flattened rows a shard: inside a 128 block
+    with pytest.raises(Exception, match="quantize: a shard boundary of x falls inside a Float8BlockQuantizer block"):
+        jax.jit(lambda v: tej.quantize(v, Float8BlockQuantizer()).rowwise_data)(y)
+
+
+# ---- dense: column- and row-parallel under jit ------------------------------------------
+
+RECIPES = {"hp": None, "current": Float8CurrentScaling(), "mxfp8": MXFP8BlockScaling()}
+DENSE = {  # name -> (mesh, x spec, kernel spec, bias spec); tp shards the kernel's N or K
+    "column_tp8": ("tp8", P(None, None), P(None, "tp"), P("tp")),
+    "column_dp2tp4": ("dp2tp4", P("dp", None), P(None, "tp"), P("tp")),
+    "batch_dp8": ("dp8", P("dp", None), P(None, None), P(None)),
+    "row_dp2tp4": ("dp2tp4", P("dp", "tp"), P("tp", None), P(None)),
+}
+
+
+def _dense_arrays(recipe_name, seed=0):
+    """MXFP8 shards hold whole 128 x 128 scale tiles: 1024 rows / columns over 8 shards."""
+    m, k, n = (1024, 512, 1024) if recipe_name == "mxfp8" else (256, 512, 512)
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.standard_normal((m, k)).astype(np.float32))
+    w = jnp.asarray((rng.standard_normal((k, n)) / 16).astype(np.float32))
+    b = jnp.asarray(rng.standard_normal((n,)).astype(np.float32))
+    ct = jnp.asarray(rng.standard_normal((m, n)).astype(np.float32))
+    return x, w, b, ct
+
+
+@functools.lru_cache(maxsize=None)
+def _dense_fn(recipe_name):
+    """(y, grads) of sum(y · ct): a fixed output gradient, so a row-parallel y's last-bit
+    differences do not move the quantized gradients' scales."""
+    recipe = RECIPES[recipe_name]
+
+    def loss(x, w, b, ct):
+        y = tej.dense(x, w, b, recipe=recipe)
+        return jnp.sum(y * ct), y
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))
+
+
+@needs_8
+@pytest.mark.parametrize("layout", list(DENSE))
+@pytest.mark.parametrize("recipe_name", list(RECIPES))
+def test_dense_sharded_jit(layout, recipe_name):
+    """Column / batch sharding: y is the unsharded bytes; row (K) sharding and every gradient
+    whose contraction is sharded: within fp32 summation-order tolerance (NUMERICS.md §12)."""
+    mesh_name, xs, ws, bs = DENSE[layout]
+    m = mesh(mesh_name)
+    x, w, b, ct = _dense_arrays(recipe_name)
+    fn = _dense_fn(recipe_name)
+    (_, y_ref), g_ref = fn(x, w, b, ct)
+    (_, y), g = fn(_put(m, xs, x), _put(m, ws, w), _put(m, bs, b), ct)
+    if layout.startswith("row"):
+        np.testing.assert_allclose(np.asarray(y), np.asarray(y_ref), rtol=1e-5, atol=1e-5)
+    else:
+        assert_bytes_equal(y, y_ref)
+    for got, want in zip(g, g_ref):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+@needs_8
+@pytest.mark.parametrize("recipe_name", ["current", "mxfp8"])
+def test_dense_hlo_gathers_no_high_precision_input(recipe_name):
+    m = mesh("dp2tp4")
+    x, w, b, _ = _dense_arrays(recipe_name)
+    args = (_put(m, P("dp", None), x), _put(m, P(None, "tp"), w), _put(m, P("tp"), b))
+    hlo = _hlo(lambda x, w, b: tej.dense(x, w, b, recipe=RECIPES[recipe_name]), *args)
+    assert not _gathers(hlo), _gathers(hlo)
