@@ -7,12 +7,13 @@ functions; quantizers are opaque value types baked into FX graphs.
 from . import _library  # noqa: F401  (registers opaque quantizer types and the QuantizedTensor pytree)
 from .autocast import autocast
 from . import ops
-from .modules.attention import DotProductAttention
+from .modules.attention import DotProductAttention, MultiheadAttention
 from .modules.grouped_linear import GroupedLinear
 from .modules.linear import Linear
 from .modules.normalization import LayerNorm, LayerNormLinear, LayerNormMLP, RMSNorm
 from .modules.padding import Fp8Padding, Fp8Unpadding
 from .modules.rope import RotaryPositionEmbedding
+from .modules.transformer import TransformerLayer
 from ._ops.gemm import gemm
 from ._ops.grouped_linear import grouped_linear
 from .interop import from_jax
@@ -40,9 +41,11 @@ __all__ = [
     "LayerNormLinear",
     "LayerNormMLP",
     "Linear",
+    "MultiheadAttention",
     "RMSNorm",
     "RotaryPositionEmbedding",
     "apply_rotary_pos_emb",
+    "TransformerLayer",
     "ops",
     "autocast",
     "dequantize",

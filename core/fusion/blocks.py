@@ -4,6 +4,7 @@ layernorm_mlp): checked once here so both frontends accept and reject the same v
 from __future__ import annotations
 
 from ..ops.activation import ACTIVATIONS, GATED_ACTIVATIONS
+from ..ops.attention import MASK_TYPES, resolve_window
 from ..ops.opdef import fail
 
 NORMALIZATIONS = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
@@ -65,3 +66,51 @@ def block_layout(normalization: str, linears: tuple[tuple[str, bool], ...], acti
         if has_bias:
             layout.append(("bias", (f"{prefix}bias",)))
     return tuple(layout)
+
+
+def _positive_int(op: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        fail(op, ValueError, f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def attention_heads(op: str, hidden_size: int, num_attention_heads: int, kv_channels: int | None,
+                    num_gqa_groups: int | None) -> tuple[int, int, int]:
+    """(kv_channels, num_gqa_groups, fused QKV width) of a MultiheadAttention / TransformerLayer.
+
+    kv_channels defaults to hidden_size / num_attention_heads (which must then divide), num_gqa_groups
+    to num_attention_heads (MHA; 1 is MQA) and must divide it. The fused QKV projection has
+    (num_attention_heads + 2·num_gqa_groups)·kv_channels output rows, ordered [Q; K; V].
+    """
+    _positive_int(op, "hidden_size", hidden_size)
+    heads = _positive_int(op, "num_attention_heads", num_attention_heads)
+    if kv_channels is None:
+        if hidden_size % heads != 0:
+            fail(op, ValueError, f"hidden_size ({hidden_size}) must be divisible by num_attention_heads ({heads}) "
+                 "when kv_channels is None (kv_channels defaults to hidden_size / num_attention_heads)")
+        kv_channels = hidden_size // heads
+    _positive_int(op, "kv_channels", kv_channels)
+    groups = heads if num_gqa_groups is None else _positive_int(op, "num_gqa_groups", num_gqa_groups)
+    if heads % groups != 0:
+        fail(op, ValueError, f"num_attention_heads ({heads}) must be divisible by num_gqa_groups ({groups})")
+    return kv_channels, groups, (heads + 2 * groups) * kv_channels
+
+
+def check_attention_block(op: str, fuse_qkv_params: bool, qkv_format: str, attn_mask_type: str, window_size,
+                          input_layernorm: bool, return_layernorm_output: bool) -> None:
+    """The MultiheadAttention arguments both frontends accept: fused QKV parameters (TE's
+    ``fuse_qkv_params=True`` names), layouts bshd / sbhd / thd, a mask type of
+    core/ops/attention.py with a window that does not contradict it, return_layernorm_output only
+    with input_layernorm."""
+    if return_layernorm_output and not input_layernorm:
+        fail(op, ValueError, "return_layernorm_output=True needs input_layernorm=True (no layernorm output "
+             "exists without the input layernorm)")
+    if fuse_qkv_params is not True:
+        fail(op, ValueError, "fuse_qkv_params must be True (one fused QKV weight, TE's fused parameter names); "
+             f"split query/key/value parameters are not supported, got {fuse_qkv_params!r}")
+    if qkv_format not in ("bshd", "sbhd", "thd"):
+        fail(op, ValueError, f"qkv_format must be 'bshd', 'sbhd' or 'thd', got {qkv_format!r}")
+    if attn_mask_type not in MASK_TYPES:
+        fail(op, ValueError, f"attn_mask_type must be one of {', '.join(repr(m) for m in MASK_TYPES)}, "
+             f"got {attn_mask_type!r}")
+    resolve_window(op, attn_mask_type, window_size)

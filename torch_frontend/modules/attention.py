@@ -1,4 +1,5 @@
-"""DotProductAttention (TE's name and arguments) over torch.ops.twinengine.attention_fwd / _bwd.
+"""DotProductAttention (TE's name and arguments) over torch.ops.twinengine.attention_fwd / _bwd, and
+MultiheadAttention built from it and the projection modules.
 
 One torch.autograd.Function: forward saves out and lse, backward calls attention_bwd with the forward's
 arguments (and the forward's rng, so dropout masks agree). Numerics: docs/attention.md."""
@@ -7,10 +8,13 @@ from __future__ import annotations
 
 import torch
 
+from ...fusion.blocks import attention_heads, check_attention_block, normalization_kind
 from ...recipe import uses_fp8_attention
 from .._ops.attention import attention_bwd, attention_fwd
 from .._state import draw_rng_checkpointable
 from ..autocast import current_recipe
+from .linear import Linear
+from .normalization import LayerNormLinear
 
 
 class _DotProductAttentionFn(torch.autograd.Function):
@@ -95,3 +99,95 @@ class DotProductAttention(torch.nn.Module):
                                            cu_seqlens_q, cu_seqlens_kv, mask_type, window, self.softmax_scale,
                                            dropout_p, fmt, uses_fp8_attention(current_recipe()))
         return out.reshape(*out.shape[:-2], out.shape[-2] * out.shape[-1])
+
+
+class MultiheadAttention(torch.nn.Module):
+    """TE's ``te.MultiheadAttention`` (self-attention): fused QKV projection, scaled dot-product
+    attention, output projection — one implementation built from ``LayerNormLinear`` (with
+    ``input_layernorm``) or ``Linear``, ``DotProductAttention`` and ``Linear``.
+
+    Shapes: hidden_states (S, B, hidden_size) for ``qkv_format="sbhd"`` (TE's default),
+        (B, S, hidden_size) for "bshd", (T, hidden_size) packed sequences for "thd" (with
+        ``cu_seqlens_q`` / ``cu_seqlens_kv`` and a padding mask type); output of the same shape.
+        H = num_attention_heads query heads and G = num_gqa_groups key/value heads (G = H: MHA,
+        G = 1: MQA) of D = kv_channels channels each (default hidden_size / H).
+    Parameters (TE's fused names, ``fuse_qkv_params=True``): with ``input_layernorm``
+        ``layernorm_qkv.layer_norm_weight``, ``layernorm_qkv.layer_norm_bias`` (LayerNorm only),
+        ``layernorm_qkv.weight`` ((H + 2G)·D, hidden_size), ``layernorm_qkv.bias``; without it
+        ``qkv.weight``, ``qkv.bias``; then ``proj.weight`` (hidden_size, H·D), ``proj.bias``.
+        The QKV rows are ordered [Q; K; V] (H·D, G·D, G·D rows; within each, head-major) — TE's
+        layout with ``qkv_weight_interleaved=False``.
+    Dtypes: parameters in ``params_dtype``; the computation follows the sub-modules.
+    Numerics: the projections are ``LayerNormLinear`` / ``Linear`` (quantized by the
+        ``tep.autocast`` recipe, NUMERICS.md); attention is ``DotProductAttention``
+        (docs/attention.md; FP8 attention under a recipe with ``fp8_dpa`` / ``fp8_mha``). The
+        result equals running those modules one after another with the same parameters.
+    RNG: attention dropout (training only, ``attention_dropout``, TE's default 0.1) draws from
+        ``core_attention.rng_state`` = [seed, offset], advanced by one per training forward.
+    Returns: the output, or (output, normalized input) with ``return_layernorm_output``.
+    Raises:
+        ValueError: from the core checks (core/fusion/blocks.py): hidden_size not divisible by
+        num_attention_heads without kv_channels, num_attention_heads not divisible by
+        num_gqa_groups, unknown normalization / qkv_format / attn_mask_type, a window
+        contradicting the mask type, ``fuse_qkv_params=False``; input errors from the sub-modules.
+    """
+
+    def __init__(self, hidden_size: int, num_attention_heads: int, kv_channels: int | None = None,
+                 attention_dropout: float = 0.1, layernorm_epsilon: float = 1e-5, *, attn_mask_type: str = "causal",
+                 window_size=None, num_gqa_groups: int | None = None, return_layernorm_output: bool = False,
+                 input_layernorm: bool = False, fuse_qkv_params: bool = True, zero_centered_gamma: bool = False,
+                 bias: bool = True, normalization: str = "LayerNorm", qkv_format: str = "sbhd",
+                 softmax_scale: float | None = None, params_dtype: torch.dtype = torch.float32, device=None,
+                 amax_history_len: int = 1024, seed: int = 0) -> None:
+        super().__init__()
+        op = "MultiheadAttention"
+        check_attention_block(op, fuse_qkv_params, qkv_format, attn_mask_type, window_size, input_layernorm,
+                              return_layernorm_output)
+        kv_channels, num_gqa_groups, qkv_width = attention_heads(op, hidden_size, num_attention_heads, kv_channels,
+                                                                 num_gqa_groups)
+        normalization_kind(normalization)
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.num_gqa_groups = num_gqa_groups
+        self.kv_channels = kv_channels
+        self.qkv_format = qkv_format
+        self.input_layernorm = input_layernorm
+        self.return_layernorm_output = return_layernorm_output
+        if input_layernorm:
+            self.layernorm_qkv = LayerNormLinear(hidden_size, qkv_width, layernorm_epsilon, bias=bias,
+                                                 normalization=normalization,
+                                                 return_layernorm_output=return_layernorm_output,
+                                                 zero_centered_gamma=zero_centered_gamma, params_dtype=params_dtype,
+                                                 device=device, amax_history_len=amax_history_len, rng_seed=seed)
+        else:
+            self.qkv = Linear(hidden_size, qkv_width, bias, params_dtype=params_dtype, device=device,
+                              amax_history_len=amax_history_len, rng_seed=seed)
+        self.core_attention = DotProductAttention(num_attention_heads, kv_channels, num_gqa_groups=num_gqa_groups,
+                                                  attention_dropout=attention_dropout, attn_mask_type=attn_mask_type,
+                                                  window_size=window_size, qkv_format=qkv_format,
+                                                  softmax_scale=softmax_scale, seed=seed)
+        self.proj = Linear(num_attention_heads * kv_channels, hidden_size, bias, params_dtype=params_dtype,
+                           device=device, amax_history_len=amax_history_len, rng_seed=seed + 1)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask=None, attn_mask_type: str | None = None,
+                window_size=None, cu_seqlens_q: torch.Tensor | None = None,
+                cu_seqlens_kv: torch.Tensor | None = None, max_seqlen_q: int | None = None,
+                max_seqlen_kv: int | None = None):
+        """``attention_mask`` / ``attn_mask_type`` / ``window_size`` / ``cu_seqlens_*`` as
+        ``DotProductAttention.forward`` (per-call overrides of the constructor's values)."""
+        if self.input_layernorm:
+            mixed = self.layernorm_qkv(hidden_states)
+            if self.return_layernorm_output:
+                mixed, ln_out = mixed
+        else:
+            mixed = self.qkv(hidden_states)
+        h, g, d = self.num_attention_heads, self.num_gqa_groups, self.kv_channels
+        lead = mixed.shape[:-1]
+        q, k, v = mixed.split([h * d, g * d, g * d], dim=-1)
+        q, k, v = q.reshape(*lead, h, d), k.reshape(*lead, g, d), v.reshape(*lead, g, d)
+        context = self.core_attention(q, k, v, attention_mask=attention_mask, attn_mask_type=attn_mask_type,
+                                      window_size=window_size, cu_seqlens_q=cu_seqlens_q,
+                                      cu_seqlens_kv=cu_seqlens_kv, max_seqlen_q=max_seqlen_q,
+                                      max_seqlen_kv=max_seqlen_kv)
+        out = self.proj(context)
+        return (out, ln_out) if self.return_layernorm_output else out
