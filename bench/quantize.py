@@ -15,6 +15,7 @@ and dequantize vs memcpy.
     python bench/quantize.py [--rows 4096 --cols 4096 --dtypes bfloat16,float32 --rounds 7]
     python bench/quantize.py --cases mxfp8 --no-jax          # a subset, no JAX baseline
     python bench/quantize.py --device cuda                   # synchronised timing, no JAX
+    python bench/quantize.py --clock cpu --threads 1         # CPU seconds: steady on a shared machine
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import Contender, interleave, median, ratio  # noqa: E402
+from _timing import CLOCKS, Contender, interleave, median, ratio  # noqa: E402
 
 import twinengine as te  # noqa: E402
 import twinengine.pytorch as tep  # noqa: E402
@@ -233,7 +234,14 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-threads", action="store_true", help="skip the 1 -> 2 thread speed-up")
     parser.add_argument("--no-dequantize", action="store_true")
+    parser.add_argument("--clock", default="wall", choices=list(CLOCKS),
+                        help="cpu: process CPU seconds (all threads) instead of wall time; with --threads 1 "
+                             "the steady measure of work on a machine shared with other jobs")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the quantize cases")
     args = parser.parse_args()
+    clock = CLOCKS[args.clock]
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cuda = args.device == "cuda"
     use_jax = not (args.no_jax or cuda)
     sync = torch.cuda.synchronize if cuda else None
@@ -245,7 +253,7 @@ def main() -> None:
         jxp = _jax_shim()
     print(f"{args.device}, input {args.rows}x{args.cols}, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads){', jax ' + jax.__version__ if use_jax else ''}, "
-          f"{args.rounds} interleaved rounds; ratios: median [min–max] of per-round ratios")
+          f"{args.rounds} interleaved rounds, {args.clock} time; ratios: median [min–max] of per-round ratios")
     print(f"{'case':<34}{'ours ms':>9}  {'copy÷ours':<24}{'ours÷compiled':<24}{'ours÷jax':<24}")
     compiled_fns = {}
     torch._dynamo.config.recompile_limit = 64  # one compiled function per (format, usage, dtype)
@@ -273,7 +281,7 @@ def main() -> None:
                 if use_jax:
                     jfn = jax.jit(lambda t, m=math, c=col: m(jxp, t, c))
                     contenders["jax"] = lambda: jax.block_until_ready(jfn(xj))
-                times = interleave(contenders, args.rounds, warmup=2, sync=sync)
+                times = interleave(contenders, args.rounds, warmup=2, sync=sync, clock=clock)
                 cells = [f"{ratio(times['copy'], times['ours']):.3f}"]
                 cells.append(f"{ratio(times['ours'], times['compiled']):.2f}" if "compiled" in times else "-")
                 cells.append(f"{ratio(times['ours'], times['jax']):.2f}" if "jax" in times else "-")
@@ -316,7 +324,7 @@ def main() -> None:
             src = torch.empty(nbytes // 2, dtype=torch.uint8, device=args.device)
             dst = torch.empty_like(src)
             times = interleave({"ours": lambda: tep.dequantize(qt, x.dtype, columnwise=columnwise),
-                                "copy": lambda: dst.copy_(src)}, args.rounds, warmup=1, sync=sync)
+                                "copy": lambda: dst.copy_(src)}, args.rounds, warmup=1, sync=sync, clock=clock)
             print(f"{name:<34}{median(times['ours']) * 1e3:>9.2f}  {ratio(times['copy'], times['ours']):.3f}",
                   flush=True)
 

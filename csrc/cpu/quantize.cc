@@ -23,6 +23,12 @@ constexpr int64_t kTile = 32;  // transpose tile for columnwise copies
 
 // ---- Vectorized loops (TWE_CPU_CLONES: one clone per x86 level, picked at load time) ---------
 
+#if defined(__GNUC__) && !defined(__clang__)
+// The vector helpers below are always inlined into their callers: no vector crosses a call, so
+// the warning about the AVX-512 calling convention does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 // Generic vectors (GCC/clang vector extensions): 16 lanes of 32 bits, 32 lanes of 16 bits. In
 // a TWE_CPU_CLONES function they compile to one zmm register (x86-64-v4), two ymm (v3), four
 // xmm (baseline) or NEON registers; every lane runs the scalar rule's integer operations.
@@ -463,102 +469,256 @@ struct Nvfp4Copy {
   uint32_t index;  // 0 rowwise, 1 columnwise (the Philox counter's copy bit)
 };
 
-/*! block_keys[b] = max(block_keys[b], amax keys of the 16 elements of block b) for one row of
- *  `blocks` 16-element blocks; `keys` holds blocks * 16 entries of scratch. */
+typedef float F32x16 __attribute__((vector_size(64)));
+typedef int32_t I32x16 __attribute__((vector_size(64)));
+typedef uint8_t U8x16 __attribute__((vector_size(16)));
+
+/*! 16 elements widened to fp32 (exactly, as to_float). */
 template <typename T>
-TWE_CPU_CLONES void accumulate_block_keys(const T* c, int64_t blocks, uint32_t* keys, uint32_t* block_keys) {
-  for (int64_t i = 0; i < blocks * kFP4Block; ++i) keys[i] = numerics::amax_key(to_float(c[i]));
+__attribute__((always_inline)) inline F32x16 load_f32x16(const T* p) {
+  F32x16 v;
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(&v, p, sizeof(v));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    U16x16 h;
+    std::memcpy(&h, p, sizeof(h));
+    v = reinterpret_cast<F32x16>(__builtin_convertvector(h, U32x16) << 16);
+  } else {
+    for (int j = 0; j < 16; ++j) v[j] = to_float(p[j]);
+  }
+  return v;
+}
+
+/*! numerics::float_to_e2m1 of 16 lanes: the same comparisons against the midpoints (a true
+ *  comparison is -1 in a lane, so the count is negated), the sign bit, NaN -> 0x7. */
+__attribute__((always_inline)) inline U32x16 e2m1_codes(F32x16 v) {
+  const U32x16 u = reinterpret_cast<U32x16>(v);
+  const U32x16 abs_bits = u & 0x7FFFFFFFu;
+  const F32x16 a = reinterpret_cast<F32x16>(abs_bits);
+  const I32x16 count = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  const U32x16 code = reinterpret_cast<U32x16>(-count) | ((u >> 31) << 3);
+  return abs_bits > 0x7F800000u ? U32x16{} + numerics::kE2M1MaxCode : code;
+}
+
+/*! 16 E2M1 codes (one per lane) packed two per byte: the even lane in the low nibble. */
+__attribute__((always_inline)) inline void store_packed8(U32x16 code, uint8_t* out) {
+  typedef uint32_t U32x8 __attribute__((vector_size(32)));
+  typedef uint8_t U8x8 __attribute__((vector_size(8)));
+  const U32x8 even = __builtin_shufflevector(code, code, 0, 2, 4, 6, 8, 10, 12, 14);
+  const U32x8 odd = __builtin_shufflevector(code, code, 1, 3, 5, 7, 9, 11, 13, 15);
+  const U8x8 packed = __builtin_convertvector(even | (odd << 4), U8x8);
+  std::memcpy(out, &packed, sizeof(packed));
+}
+
+/*! Exact values of the E4M3 codes (block scale codes d_b). */
+struct E4M3Values {
+  float value[256];
+  E4M3Values() {
+    for (int c = 0; c < 256; ++c) value[c] = numerics::fp8_to_float<FP8Format::kE4M3>(static_cast<uint8_t>(c));
+  }
+};
+const E4M3Values& e4m3_values() {
+  static const E4M3Values table;
+  return table;
+}
+
+/*! Per block b < n: its scale code from the amax key (numerics::nvfp4_block_scale_code) and its
+ *  encode multiplier (numerics::nvfp4_encode_multiplier: min(1 / fl(d_b · S_dec), FLT_MAX), d_b
+ *  from the exact-value table). */
+TWE_CPU_CLONES void nvfp4_block_scales(const uint32_t* keys, int64_t n, float factor, float s_dec, const float* e4m3,
+                                       uint8_t* codes, float* mult) {
+  for (int64_t b = 0; b < n; ++b)
+    codes[b] = numerics::nvfp4_block_scale_code(numerics::bits_to_float(keys[b]), factor);
+  for (int64_t b = 0; b < n; ++b) {
+    const float m = 1.0f / (e4m3[codes[b]] * s_dec);
+    mult[b] = m > numerics::kFloatMax ? numerics::kFloatMax : m;
+  }
+}
+
+/*! block_keys[b] = max(block_keys[b], amax keys of the 16 elements of block b) for one row of
+ *  `blocks` 16-element blocks. */
+template <typename T>
+TWE_CPU_CLONES void accumulate_block_keys(const T* c, int64_t blocks, uint32_t* block_keys) {
   for (int64_t b = 0; b < blocks; ++b) {
+    U32x16 a = reinterpret_cast<U32x16>(load_f32x16(c + b * kFP4Block)) & 0x7FFFFFFFu;
+    a = a > 0x7F800000u ? 0u : a;
     uint32_t key = block_keys[b];
-    for (int64_t j = 0; j < kFP4Block; ++j) key = keys[b * kFP4Block + j] > key ? keys[b * kFP4Block + j] : key;
+    for (int j = 0; j < 16; ++j) key = a[j] > key ? a[j] : key;
     block_keys[b] = key;
   }
 }
 
-/*! One row of NVFP4 data with round-to-nearest-even (steps 4–5 of §7): per 16-element block
- *  its encode multiplier from the block's scale code (spread over the block in `mult`), the
- *  E2M1 code of every element, then the codes packed two per byte. `mult` and `codes` hold
- *  blocks * 16 entries of scratch. */
+/*! One row of NVFP4 data with round-to-nearest-even (steps 4–5 of §7): block b's 16 elements
+ *  times its multiplier mult[b], cast to E2M1 and packed into 8 bytes. */
 template <typename T>
-TWE_CPU_CLONES void nvfp4_row_rne(const T* c, int64_t blocks, const uint8_t* scales, float s_dec, float* mult,
-                                  uint8_t* codes, uint8_t* data) {
-  const int64_t n = blocks * kFP4Block;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float m = numerics::nvfp4_encode_multiplier(scales[b], s_dec);
-    for (int64_t j = 0; j < kFP4Block; ++j) mult[b * kFP4Block + j] = m;
-  }
-  for (int64_t i = 0; i < n; ++i) codes[i] = numerics::float_to_e2m1(to_float(c[i]) * mult[i]);
-  for (int64_t i = 0; i < n / 2; ++i) data[i] = numerics::pack_e2m1(codes[2 * i], codes[2 * i + 1]);
+TWE_CPU_CLONES void nvfp4_row_rne(const T* c, int64_t blocks, const float* mult, uint8_t* data) {
+  for (int64_t b = 0; b < blocks; ++b)
+    store_packed8(e2m1_codes(load_f32x16(c + b * kFP4Block) * mult[b]), data + b * (kFP4Block / 2));
 }
 
-/*! Quantizes one copy c (rows, cols), row-major: steps 1–5, 7 and 9 of §7. */
+/*! One row of NVFP4 data with stochastic rounding (step 9): element i = row·cols + b·16 + j of
+ *  copy `index` takes byte j of the Philox block of group row·blocks + b. */
 template <typename T>
-void nvfp4_copy(const T* c, int64_t rows, int64_t cols, bool two_d, const SrState* sr, const Nvfp4Copy& out) {
-  const float global_amax = tensor_amax(c, rows * cols);
-  const float s_enc = numerics::nvfp4_global_encode_scale(global_amax);
-  const float s_dec = 1.0f / s_enc;
-  const float factor = numerics::nvfp4_block_scale_factor(s_enc);
+void nvfp4_row_sr(const T* c, int64_t row, int64_t blocks, const float* mult, const SrState& sr, uint32_t index,
+                  uint8_t* data) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const numerics::Philox4x32 random =
+        numerics::sr_random_block(static_cast<uint64_t>(row * blocks + b), index, sr.seed, sr.offset);
+    uint8_t codes[kFP4Block];
+    for (int j = 0; j < kFP4Block; ++j)
+      codes[j] = numerics::float_to_e2m1_stochastic(to_float(c[b * kFP4Block + j]) * mult[b],
+                                                    numerics::sr_random_byte(random, j));
+    for (int j = 0; j < kFP4Block; j += 2) data[b * kFP4Block / 2 + j / 2] = numerics::pack_e2m1(codes[j], codes[j + 1]);
+  }
+}
+
+/*! The per-copy constants of §7 steps 2–3 from the copy's global amax. */
+struct Nvfp4Globals {
+  float s_dec;
+  float factor;
+  explicit Nvfp4Globals(float global_amax) {
+    const float s_enc = numerics::nvfp4_global_encode_scale(global_amax);
+    s_dec = 1.0f / s_enc;
+    factor = numerics::nvfp4_block_scale_factor(s_enc);
+  }
+};
+
+/*! Quantizes one row-major copy c (rows, cols) given its global amax: steps 2–5, 7 and 9 of §7
+ *  in one pass over strips of 16 rows (a strip's block amaxes, scale codes and multipliers,
+ *  then its rows cast while they are in cache). Block amaxes are maxima of amax keys (exact in
+ *  any grouping); a 2D tile's scale is written to each of its 16 rows. */
+template <typename T>
+void nvfp4_rows(const T* c, int64_t rows, int64_t cols, bool two_d, float global_amax, const SrState* sr,
+                const Nvfp4Copy& out) {
+  const Nvfp4Globals g(global_amax);
+  const float* e4m3 = e4m3_values().value;
   const int64_t blocks = cols / kFP4Block;
   std::fill(out.scales, out.scales + round_up(rows, 128) * out.scale_stride, uint8_t{0});
-  // Block scales: per 1x16 block, or per 16x16 tile written to each of its 16 rows. The block
-  // amaxes are maxima of amax keys (exact in any grouping), gathered row by row.
-  const int64_t scale_rows = two_d ? kFP4Block : 1;
-  parallel_for(rows / scale_rows, rows * cols, [&](int64_t begin, int64_t end) {
-    std::vector<uint32_t> keys(static_cast<size_t>(cols));
-    std::vector<uint32_t> block_keys(static_cast<size_t>(blocks));
-    for (int64_t rt = begin; rt < end; ++rt) {
-      std::fill(block_keys.begin(), block_keys.end(), 0u);
-      for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r)
-        accumulate_block_keys(c + r * cols, blocks, keys.data(), block_keys.data());
-      for (int64_t b = 0; b < blocks; ++b) {
-        const uint8_t code = numerics::nvfp4_block_scale_code(numerics::bits_to_float(block_keys[b]), factor);
-        for (int64_t r = rt * scale_rows; r < (rt + 1) * scale_rows; ++r) out.scales[r * out.scale_stride + b] = code;
-      }
-    }
-  });
-  parallel_for(rows, rows * cols, [&](int64_t row_begin, int64_t row_end) {
-    if (!sr) {
-      std::vector<float> mult(static_cast<size_t>(cols));
-      std::vector<uint8_t> codes(static_cast<size_t>(cols));
-      for (int64_t r = row_begin; r < row_end; ++r)
-        nvfp4_row_rne(c + r * cols, blocks, out.scales + r * out.scale_stride, s_dec, mult.data(), codes.data(),
-                      out.data + r * cols / 2);
-      return;
-    }
-    for (int64_t r = row_begin; r < row_end; ++r) {
-      for (int64_t b = 0; b < blocks; ++b) {
-        const float m = numerics::nvfp4_encode_multiplier(out.scales[r * out.scale_stride + b], s_dec);
-        const T* block = c + r * cols + b * kFP4Block;
-        // Element index i = r*cols + b*16 + j: group g = i/16 is this block, byte j.
-        numerics::Philox4x32 random{};
-        if (sr) random = numerics::sr_random_block(static_cast<uint64_t>(r * blocks + b), out.index, sr->seed, sr->offset);
-        uint8_t codes[kFP4Block];
-        for (int j = 0; j < kFP4Block; ++j) {
-          const float v = to_float(block[j]) * m;
-          codes[j] = sr ? numerics::float_to_e2m1_stochastic(v, numerics::sr_random_byte(random, j))
-                        : numerics::float_to_e2m1(v);
+  const int64_t strips = (rows + kFP4Block - 1) / kFP4Block;
+  parallel_for(strips, rows * cols, [&](int64_t begin, int64_t end) {
+    std::vector<uint32_t> keys(static_cast<size_t>(blocks));
+    std::vector<uint8_t> codes(static_cast<size_t>(blocks));
+    std::vector<float> mult(static_cast<size_t>(blocks));
+    for (int64_t s = begin; s < end; ++s) {
+      const int64_t r0 = s * kFP4Block, r1 = std::min(rows, r0 + kFP4Block);
+      const int64_t scale_rows = two_d ? r1 - r0 : 1;  // rows sharing one set of block scales
+      for (int64_t r = r0; r < r1; r += scale_rows) {
+        std::fill(keys.begin(), keys.end(), 0u);
+        for (int64_t i = r; i < r + scale_rows; ++i) accumulate_block_keys(c + i * cols, blocks, keys.data());
+        nvfp4_block_scales(keys.data(), blocks, g.factor, g.s_dec, e4m3, codes.data(), mult.data());
+        for (int64_t i = r; i < r + scale_rows; ++i) {
+          std::memcpy(out.scales + i * out.scale_stride, codes.data(), static_cast<size_t>(blocks));
+          uint8_t* data = out.data + i * cols / 2;
+          if (sr) nvfp4_row_sr(c + i * cols, i, blocks, mult.data(), *sr, out.index, data);
+          else nvfp4_row_rne(c + i * cols, blocks, mult.data(), data);
         }
-        uint8_t* packed = out.data + (r * cols + b * kFP4Block) / 2;
-        for (int j = 0; j < kFP4Block; j += 2) packed[j / 2] = numerics::pack_e2m1(codes[j], codes[j + 1]);
       }
     }
   });
   *out.amax = global_amax;
 }
 
-/*! The columnwise operand xᵀ (K, R) in fp32; with the RHT, transformed along R in chunks of 16
+/*! keys[k] = max(keys[k], amax keys of x[r * K + k] for r < rows): per-column amax as bits. */
+template <typename T>
+TWE_CPU_CLONES void column_keys(const T* x, int64_t rows, int64_t K, uint32_t* keys) {
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    U32x16 m;
+    std::memcpy(&m, keys + k, sizeof(m));
+    for (int64_t r = 0; r < rows; ++r) {
+      U32x16 a = reinterpret_cast<U32x16>(load_f32x16(x + r * K + k)) & 0x7FFFFFFFu;
+      a = a > 0x7F800000u ? 0u : a;
+      m = a > m ? a : m;
+    }
+    std::memcpy(keys + k, &m, sizeof(m));
+  }
+  for (; k < K; ++k)
+    for (int64_t r = 0; r < rows; ++r) keys[k] = std::max(keys[k], numerics::amax_key(to_float(x[r * K + k])));
+}
+
+/*! packed[i * K + k] = E2M1(x[2i][k] · mult[k]) | E2M1(x[2i+1][k] · mult[k]) << 4 for i < 8:
+ *  one 16-row block of the columnwise copy, cast with per-column multipliers (K % 16 == 0). */
+template <typename T>
+TWE_CPU_CLONES void nvfp4_column_block_rne(const T* x, int64_t K, const float* mult, uint8_t* packed) {
+  for (int64_t k = 0; k < K; k += 16) {
+    F32x16 m;
+    std::memcpy(&m, mult + k, sizeof(m));
+    for (int64_t i = 0; i < kFP4Block / 2; ++i) {
+      const U32x16 even = e2m1_codes(load_f32x16(x + 2 * i * K + k) * m);
+      const U32x16 odd = e2m1_codes(load_f32x16(x + (2 * i + 1) * K + k) * m);
+      const U8x16 bytes = __builtin_convertvector(even | (odd << 4), U8x16);
+      std::memcpy(packed + i * K + k, &bytes, sizeof(bytes));
+    }
+  }
+}
+
+/*! The columnwise copy of x (R, K) without RHT, i.e. the rows of xᵀ (K, R), given its global
+ *  amax (that of x: the same values), quantized straight from x: per 16-row block of x (one
+ *  16-element block of every row of xᵀ) the column amaxes, scale codes and multipliers, the
+ *  cast of the block's 16 × K elements into 8 × K packed bytes, then those bytes stored
+ *  transposed (16×16 byte tiles for two blocks at a time). Same steps, order and bytes as
+ *  nvfp4_rows on xᵀ. */
+template <typename T>
+void nvfp4_columns(const T* x, int64_t R, int64_t K, bool two_d, float global_amax, const SrState* sr,
+                   const Nvfp4Copy& out) {
+  const Nvfp4Globals g(global_amax);
+  const float* e4m3 = e4m3_values().value;
+  const int64_t blocks = R / kFP4Block;  // blocks per row of xᵀ
+  std::fill(out.scales, out.scales + round_up(K, 128) * out.scale_stride, uint8_t{0});
+  constexpr int64_t kStrip = 2 * kFP4Block;  // two blocks: 16 packed bytes per column of x
+  const int64_t strips = (R + kStrip - 1) / kStrip;
+  parallel_for(strips, R * K, [&](int64_t begin, int64_t end) {
+    std::vector<uint32_t> keys(static_cast<size_t>(K));
+    std::vector<uint8_t> codes(static_cast<size_t>(K));
+    std::vector<float> mult(static_cast<size_t>(K));
+    std::vector<uint8_t> packed(static_cast<size_t>(kFP4Block * K));
+    for (int64_t s = begin; s < end; ++s) {
+      const int64_t r0 = s * kStrip, r1 = std::min(R, r0 + kStrip);
+      for (int64_t rb = r0; rb < r1; rb += kFP4Block) {
+        const int64_t b = rb / kFP4Block;  // block index along the rows of xᵀ
+        const T* xb = x + rb * K;
+        std::fill(keys.begin(), keys.end(), 0u);
+        column_keys(xb, kFP4Block, K, keys.data());
+        if (two_d)  // 16×16 tiles of xᵀ: 16 of its rows (columns k of x) share a block amax
+          for (int64_t k0 = 0; k0 < K; k0 += kFP4Block) {
+            const uint32_t key = *std::max_element(keys.begin() + k0, keys.begin() + k0 + kFP4Block);
+            std::fill(keys.begin() + k0, keys.begin() + k0 + kFP4Block, key);
+          }
+        nvfp4_block_scales(keys.data(), K, g.factor, g.s_dec, e4m3, codes.data(), mult.data());
+        for (int64_t k = 0; k < K; ++k) out.scales[k * out.scale_stride + b] = codes[k];
+        uint8_t* half = packed.data() + (rb - r0) / 2 * K;  // rows (rb - r0)/2 .. +8 of the strip's bytes
+        if (!sr) {
+          nvfp4_column_block_rne(xb, K, mult.data(), half);
+          continue;
+        }
+        for (int64_t k = 0; k < K; ++k) {
+          const numerics::Philox4x32 random =
+              numerics::sr_random_block(static_cast<uint64_t>(k * blocks + b), out.index, sr->seed, sr->offset);
+          uint8_t c[kFP4Block];
+          for (int j = 0; j < kFP4Block; ++j)
+            c[j] = numerics::float_to_e2m1_stochastic(to_float(xb[j * K + k]) * mult[k],
+                                                       numerics::sr_random_byte(random, j));
+          for (int j = 0; j < kFP4Block; j += 2) half[(j / 2) * K + k] = numerics::pack_e2m1(c[j], c[j + 1]);
+        }
+      }
+      // The strip's packed bytes are (r1 - r0)/2 rows of K; column k goes to row k of the copy.
+      transpose_bytes(packed.data(), K, (r1 - r0) / 2, K, out.data + r0 / 2, R / 2);
+    }
+  });
+  *out.amax = global_amax;
+}
+
+/*! The columnwise operand xᵀ (K, R) in fp32, transformed along R in chunks of 16 by the RHT
  *  (each output rounded to bf16). */
 template <typename T>
-std::vector<float> nvfp4_columnwise_operand(const T* x, int64_t R, int64_t K, bool rht) {
+std::vector<float> nvfp4_rht_operand(const T* x, int64_t R, int64_t K) {
   std::vector<float> xt(static_cast<size_t>(R * K));
   parallel_for(R / numerics::kRHTSize, R * K, [&](int64_t begin, int64_t end) {
     for (int64_t r0 = begin * numerics::kRHTSize; r0 < end * numerics::kRHTSize; r0 += numerics::kRHTSize) {
       for (int64_t k = 0; k < K; ++k) {  // the chunk's 16 input rows stay in cache
         float chunk[numerics::kRHTSize];
         for (int j = 0; j < numerics::kRHTSize; ++j) chunk[j] = to_float(x[(r0 + j) * K + k]);
-        float* out = xt.data() + k * R + r0;
-        if (rht) numerics::rht_chunk(chunk, out);
-        else std::copy(chunk, chunk + numerics::kRHTSize, out);
+        numerics::rht_chunk(chunk, xt.data() + k * R + r0);
       }
     }
   });
@@ -579,12 +739,22 @@ void nvfp4(const QuantizeArgs& a, const T* x) {
     return Nvfp4Copy{static_cast<uint8_t*>(data.data), static_cast<uint8_t*>(scales.data),
                      scales.shape[scales.ndim - 1], static_cast<float*>(amax.data), index};
   };
+  const bool rht = a.params.with_rht != 0;
+  const bool columnwise = present(&t.columnwise_data);
+  // x and xᵀ hold the same values: one global amax serves both copies unless the RHT changes them.
+  float amax = 0.0f;
+  if (present(&t.rowwise_data) || (columnwise && !rht)) amax = tensor_amax(x, a.rows * a.cols);
   if (present(&t.rowwise_data)) {
-    nvfp4_copy(x, a.rows, a.cols, two_d, sr, copy(t.rowwise_data, t.rowwise_scale_inv, t.amax, 0));
+    nvfp4_rows(x, a.rows, a.cols, two_d, amax, sr, copy(t.rowwise_data, t.rowwise_scale_inv, t.amax, 0));
   }
-  if (present(&t.columnwise_data)) {
-    const std::vector<float> xt = nvfp4_columnwise_operand(x, a.rows, a.cols, a.params.with_rht != 0);
-    nvfp4_copy(xt.data(), a.cols, a.rows, two_d, sr, copy(t.columnwise_data, t.columnwise_scale_inv, t.columnwise_amax, 1));
+  if (columnwise) {
+    const Nvfp4Copy out = copy(t.columnwise_data, t.columnwise_scale_inv, t.columnwise_amax, 1);
+    if (rht) {
+      const std::vector<float> xt = nvfp4_rht_operand(x, a.rows, a.cols);
+      nvfp4_rows(xt.data(), a.cols, a.rows, two_d, tensor_amax(xt.data(), a.rows * a.cols), sr, out);
+    } else {
+      nvfp4_columns(x, a.rows, a.cols, two_d, amax, sr, out);
+    }
   }
 }
 
