@@ -539,3 +539,92 @@ def test_fuzz_op_modules_compiled_matches_eager(fuzz_settings, request):
     with torch._dynamo.config.patch(cache_size_limit=64, accumulated_cache_size_limit=512):
         run()
     _assert_exercised("modules", request)
+
+
+# ---- rotary position embedding --------------------------------------------------------------
+
+_COMPILED_ROPE: dict = {}
+
+
+def test_fuzz_rope(fuzz_settings, request):
+    """apply_rotary_pos_emb forward and backward: the NumPy reference's bytes in torch eager, torch
+    compiled (sampled), JAX eager and jit, or the same error everywhere (freqs wider than the
+    head, odd rotary width, thd without / non-thd with cu_seqlens, a sequence longer than freqs)."""
+    from elementwise_cases import assert_bytes_equal_nan
+    from hypothesis import given
+    from reference import rope as rref
+
+    @fuzz_settings
+    @given(fmt=st.sampled_from(["sbhd", "bshd", "thd"]), interleaved=st.booleans(), d=st.sampled_from([2, 8, 12]),
+           d2=st.sampled_from([2, 4, 7, 8, 14]), s=st.sampled_from([1, 5, 9]), freq_rows=st.sampled_from([4, 9]),
+           cu_mode=st.sampled_from(["auto", "missing", "extra"]), dtype=st.sampled_from(DTYPES),
+           family=st.sampled_from(FAMILIES), seed=st.integers(0, 2**16), compiled=st.booleans())
+    def run(fmt, interleaved, d, d2, s, freq_rows, cu_mode, dtype, family, seed, compiled):
+        prng = np.random.default_rng(seed)
+        shape = {"sbhd": (s, 2, 3, d), "bshd": (2, s, 3, d), "thd": (s + 3, 3, d)}[fmt]
+        x = draw_like(prng, shape, dtype, family)
+        dy = draw_like(prng, shape, dtype, "normal")
+        freqs = (prng.standard_normal((freq_rows, 1, 1, d2)) * 100).astype(np.float32)
+        # thd: sequences of at most 4 tokens (<= freq_rows; a longer one is a data-dependent error the
+        # kernel raises, torch's ValueError vs JAX's runtime error, tested in tests/pytorch/test_rope.py)
+        # and a tail outside every sequence.
+        first = min(s, 3)
+        cu = np.array([0, first, first + min(s + 2 - first, 4)], np.int32) if fmt == "thd" else np.array([0, s], np.int32)
+        use_cu = fmt == "thd" if cu_mode == "auto" else cu_mode == "extra"
+
+        def torch_call(fn_x, fn_f, fn_cu):
+            xt = fn_x.clone().requires_grad_(True)
+            y = fn(xt, fn_f, fn_cu)
+            (dx,) = torch.autograd.grad(y, xt, to_torch(dy))
+            return [from_any(y), from_any(dx)]
+
+        def fn(xv, fv, cuv):
+            return tep.apply_rotary_pos_emb(xv, fv, fmt, interleaved, cu_seqlens=cuv)
+
+        def jfn(xv, fv, cuv):
+            y, vjp = jax.vjp(lambda v: tej.apply_rotary_pos_emb(v, fv, fmt, interleaved, cu_seqlens=cuv), xv)
+            return [y, vjp(jnp.asarray(dy))[0]]
+
+        cu_t = torch.from_numpy(cu) if use_cu else None
+        cu_j = jnp.asarray(cu) if use_cu else None
+        outcomes = {"torch": _outcome(lambda: torch_call(to_torch(x), torch.from_numpy(freqs), cu_t)),
+                    "jax": _outcome(lambda: [np.asarray(a) for a in jfn(jnp.asarray(x), jnp.asarray(freqs), cu_j)]),
+                    "jit": _outcome(lambda: [np.asarray(a) for a in jax.jit(jfn)(jnp.asarray(x), jnp.asarray(freqs),
+                                                                                  cu_j)])}
+        if compiled:
+            key = (fmt, interleaved, use_cu)
+            if key not in _COMPILED_ROPE:
+                _COMPILED_ROPE[key] = torch.compile(fn, fullgraph=True, backend="aot_eager", dynamic=True)
+            compiled_fn = _COMPILED_ROPE[key]
+
+            def compiled_call():
+                xt = to_torch(x).requires_grad_(True)
+                y = compiled_fn(xt, torch.from_numpy(freqs), cu_t)
+                (dx,) = torch.autograd.grad(y, xt, to_torch(dy))
+                return [from_any(y), from_any(dx)]
+
+            outcomes["compiled"] = _outcome(compiled_call)
+        what = f"rope {fmt} interleaved={interleaved} x{shape} freqs({freq_rows}, {d2}) cu={use_cu} {dtype}"
+        if _same_errors(outcomes, what):
+            return
+        _count_valid("rope")
+        want = [rref.rope_ref(x, freqs, fmt, interleaved, cu if use_cu else None),
+                rref.rope_ref(dy, freqs, fmt, interleaved, cu if use_cu else None, backward=True)]
+        for name, (_, got) in outcomes.items():
+            for g, w, part in zip(got, want, ("y", "dx")):
+                assert_bytes_equal_nan(g, w, f"{name} {part} {what}")
+
+    with torch._dynamo.config.patch(cache_size_limit=64, accumulated_cache_size_limit=512):
+        run()
+    _assert_exercised("rope", request)
+
+
+def draw_like(prng, shape, dtype, family):
+    x = prng.standard_normal(shape).astype(np.float32)
+    x *= {"normal": 1.0, "tiny": 1e-39, "huge": 1e30, "specials": 10.0, "zeros": 0.0}[family]
+    if family == "specials" and x.size:
+        flat = x.reshape(-1)
+        flat[prng.integers(0, flat.size, 3)] = [np.nan, np.inf, -np.inf]
+    with np.errstate(over="ignore"):
+        return x.astype(NUMPY_DTYPES[dtype])
+
