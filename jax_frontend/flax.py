@@ -113,6 +113,9 @@ class GroupedDense(nn.Module):
         ``"fp8_meta"`` collection (variable ``"delayed_scaling"``), moving as ``Dense``'s does
         (forward slots via ``mutable=["fp8_meta"]``, the complete next state as the gradient
         with respect to the collection) — the bytes of twinengine.pytorch.GroupedLinear's buffers.
+    Randomness: as ``Dense``: recipes with stochastic rounding (NVFP4 gradients) take ``rng``
+        ([seed, offset]; expert g rounds with [seed, offset + g]), else draw it from the
+        ``"stochastic_rounding"`` Flax RNG stream.
     """
 
     num_gemms: int
@@ -123,7 +126,7 @@ class GroupedDense(nn.Module):
     bias_init: Callable = nn.initializers.zeros_init()
 
     @nn.compact
-    def __call__(self, x, group_sizes):
+    def __call__(self, x, group_sizes, rng=None):
         kernel = self.param("kernel", self.kernel_init, (self.num_gemms, x.shape[-1], self.features), self.param_dtype)
         bias = (self.param("bias", self.bias_init, (self.num_gemms, self.features), self.param_dtype)
                 if self.use_bias else None)
@@ -137,7 +140,9 @@ class GroupedDense(nn.Module):
             if self.is_mutable_collection(FP8_META) and not self.is_initializing():
                 state.value = state_after_forward
             return y
-        return grouped_dense(x, kernel, group_sizes, bias)
+        if rng is None and recipe is not None and linear_quantizers(recipe).needs_rng:
+            rng = jax.random.bits(self.make_rng("stochastic_rounding"), (2,), jnp.uint32)
+        return grouped_dense(x, kernel, group_sizes, bias, rng=rng)
 
 
 from .flax_blocks import LayerNorm, LayerNormDenseGeneral, LayerNormMLP  # noqa: E402,F401  (block modules)

@@ -331,30 +331,53 @@ def check_grouped_weights(num_gemms: int, weights: Any, biases: Any = None) -> N
                  f"{[tuple(b.shape) for b in biases]}")
 
 
-def grouped_quantizers(recipe: Any, *, delayed_ok: bool = True) -> Any:
-    """The LinearQuantizers of a GroupedLinear under `recipe` (None: high precision).
+def grouped_quantizers(recipe: Any, input_dtype: str | None = None, *, delayed_ok: bool = True,
+                       nvfp4_ok: bool = True) -> Any:
+    """The LinearQuantizers of a GroupedLinear under `recipe` (None: high precision), for x of
+    dtype `input_dtype` (NVFP4 applies the RHT to bfloat16 operands only, as Linear does).
 
     Raises:
-        TypeError: a recipe whose quantized grouped path is not built (Float8BlockScaling,
-            NVFP4, 2D MXFP8), DelayedScaling where `delayed_ok` is False (a caller without
-            per-expert state), or the errors of core.linear.linear_quantizers.
+        TypeError: a recipe whose quantized grouped path is not built (2D MXFP8, a
+            CustomRecipe's other quantizers), DelayedScaling where `delayed_ok` is False (a
+            caller without per-expert state), NVFP4 where `nvfp4_ok` is False (a caller
+            without an rng per call), or the errors of core.linear.linear_quantizers.
     """
     if recipe is None:
         return None
     from ..linear import linear_quantizers
 
-    qs = linear_quantizers(recipe)
+    qs = linear_quantizers(recipe, input_dtype)
     roles = (qs.input, qs.weight, qs.grad_output)
-    if any(q.scaling_mode not in ("fp8_current", "fp8_delayed", "mxfp8", "fp8_block")
-           or getattr(q, "with_2d_quantization", False) for q in roles):
+    if any(q.scaling_mode not in ("fp8_current", "fp8_delayed", "mxfp8", "fp8_block", "nvfp4")
+           or (q.scaling_mode == "mxfp8" and q.with_2d_quantization) for q in roles):
         fail(_GROUPED, TypeError, "GroupedLinear runs in high precision or with DelayedScaling, Float8CurrentScaling, "
-             f"MXFP8BlockScaling or Float8BlockScaling; quantized grouped GEMMs for {type(recipe).__name__} are not "
-             "implemented yet: call it outside autocast or in autocast(enabled=False)")
+             f"1D MXFP8BlockScaling, Float8BlockScaling or NVFP4BlockScaling; quantized grouped GEMMs for "
+             f"{type(recipe).__name__} with these quantizers are not implemented yet: call it outside autocast or in "
+             "autocast(enabled=False)")
     if qs.delayed and not delayed_ok:
         fail(_GROUPED, TypeError, "DelayedScaling needs per-expert amax histories and scales: use "
              "twinengine.pytorch.GroupedLinear (buffers), grouped_linear(..., delayed_state=...) or "
              "twinengine.jax.grouped_dense(..., state=...)")
+    if qs.input.scaling_mode == "nvfp4" and not nvfp4_ok:
+        fail(_GROUPED, TypeError, "the GroupedLinear basic op does not run NVFP4BlockScaling yet (it needs an rng "
+             "per call and the input dtype): use twinengine.pytorch.GroupedLinear / grouped_linear(..., rng=...) or "
+             "twinengine.jax.grouped_dense(..., rng=...)")
     return qs
+
+
+def check_grouped_rng(qs: Any, has_rng: bool, has_weight_cache: bool = False) -> None:
+    """A quantized GroupedLinear call's rng and weight cache under `qs`.
+
+    Raises:
+        ValueError: stochastic rounding without rng (core.linear.check_rng's text).
+        TypeError: a weight cache with NVFP4 (its weights are quantized per call, as Linear's).
+    """
+    from ..linear import check_rng
+
+    check_rng(qs, has_rng)
+    if has_weight_cache and qs.weight.scaling_mode == "nvfp4":
+        fail(_GROUPED, TypeError, "pre-quantized NVFP4 weights are not supported (no FP8 weight caching under "
+             "NVFP4BlockScaling); the weights are quantized per call")
 
 
 def block_2d(quantizer: Any) -> bool:
@@ -380,12 +403,33 @@ def check_grouped_delayed_state(num_gemms: int, history_len: Any, qs: Any, shape
                      num_gemms, *want, [tuple(s) for s in shapes]))
 
 
-def _check_fp8(name: str, x: ArrayMeta, rank: int) -> None:
+def _check_fp8(name: str, x: ArrayMeta, rank: int, scaling_mode: str = "fp8_current") -> None:
+    if scaling_mode == "nvfp4":
+        if x.dtype != "uint8" or len(x.shape) != rank:
+            fail(_GROUPED, TypeError, f"{name} must be packed NVFP4 (uint8) data of rank {rank}, got {x.dtype} "
+                 f"{tuple(x.shape)}")
+        return
     if x.dtype not in ("float8_e4m3fn", "float8_e5m2") or len(x.shape) != rank:
         fail(_GROUPED, TypeError, f"{name} must be FP8 data of rank {rank}, got {x.dtype} {tuple(x.shape)}")
 
 
+def _check_group_amax(scaling_mode: str, groups: Any, a_amax: Any, b_amax: Any) -> None:
+    """NVFP4 operands carry one global amax per group (float32 (G,)); other formats none."""
+    for name, amax in (("a_amax", a_amax), ("b_amax", b_amax)):
+        if scaling_mode != "nvfp4":
+            if amax is not None:
+                fail(_GROUPED, ValueError, f"{name} is only taken by NVFP4 grouped GEMMs")
+        elif amax is None or amax.dtype != "float32" or tuple(amax.shape) != (groups,):
+            fail(_GROUPED, ValueError, f"{name} must be float32 of shape ({groups},) (each group's NVFP4 global "
+                 f"amax), got {None if amax is None else (amax.dtype, tuple(amax.shape))}")
+
+
 def _check_group_scales(name: str, scale: ArrayMeta, groups: Any, scaling_mode: str = "fp8_current") -> None:
+    if scaling_mode == "nvfp4":
+        if scale.dtype != "uint8" or len(scale.shape) != 1:
+            fail(_GROUPED, ValueError, f"{name} must be flat uint8 NVFP4 block scales, got {scale.dtype} "
+                 f"{tuple(scale.shape)}")
+        return
     if scaling_mode == "fp8_block":
         if scale.dtype != "float32" or len(scale.shape) != 1:
             fail(_GROUPED, ValueError, f"{name} must be flat float32 FP8 block scales, got {scale.dtype} "
@@ -400,14 +444,18 @@ def _check_group_scales(name: str, scale: ArrayMeta, groups: Any, scaling_mode: 
 
 
 def _validate_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
-                          m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, scaling_mode: str = "fp8_current",
+                          m_splits: ArrayMeta, bias: ArrayMeta | None = None, a_amax: ArrayMeta | None = None,
+                          b_amax: ArrayMeta | None = None, *, scaling_mode: str = "fp8_current",
                           b_k_major: bool = True, out_dtype: str = "float32", a_block_2d: bool = False,
                           b_block_2d: bool = False) -> None:
-    _check_fp8("a", a, 2)
-    _check_fp8("b", b, 3)
+    _check_fp8("a", a, 2, scaling_mode)
+    _check_fp8("b", b, 3, scaling_mode)
     check_m_splits(m_splits, b.shape[0])
     _check_group_scales("a_scale_inv", a_scale_inv, b.shape[0], scaling_mode)
     _check_group_scales("b_scale_inv", b_scale_inv, b.shape[0], scaling_mode)
+    _check_group_amax(scaling_mode, b.shape[0], a_amax, b_amax)
+    if scaling_mode == "nvfp4" and not b_k_major:
+        fail(_GROUPED, ValueError, "NVFP4 grouped GEMM operands must be K-major")
     if a.shape[1] != (b.shape[2] if b_k_major else b.shape[1]):
         fail(_GROUPED, ValueError, f"a {tuple(a.shape)} and b {tuple(b.shape)} disagree on K")
     if out_dtype not in HIGH_PRECISION:
@@ -418,11 +466,19 @@ def _validate_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_
             fail(_GROUPED, ValueError, f"bias must have shape {tuple(b.shape[:2])}, got {tuple(bias.shape)}")
 
 
+def _grouped_inputs(scaling_mode: str) -> tuple[str, ...]:
+    """Kernel input order of a quantized grouped GEMM: each operand's data, scales (and NVFP4 amax)."""
+    if scaling_mode == "nvfp4":
+        return ("a", "a_scale_inv", "a_amax", "b", "b_scale_inv", "b_amax", "m_splits")
+    return ("a", "a_scale_inv", "b", "b_scale_inv", "m_splits")
+
+
 def _infer_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
-                       m_splits: ArrayMeta, bias: ArrayMeta | None = None, *, scaling_mode: str = "fp8_current",
+                       m_splits: ArrayMeta, bias: ArrayMeta | None = None, a_amax: ArrayMeta | None = None,
+                       b_amax: ArrayMeta | None = None, *, scaling_mode: str = "fp8_current",
                        b_k_major: bool = True, out_dtype: str = "float32", a_block_2d: bool = False,
                        b_block_2d: bool = False) -> KernelCall:
-    inputs = ("a", "a_scale_inv", "b", "b_scale_inv", "m_splits") + (("bias",) if bias is not None else ())
+    inputs = _grouped_inputs(scaling_mode) + (("bias",) if bias is not None else ())
     n = b.shape[1] if b_k_major else b.shape[2]
     return KernelCall("grouped_gemm", inputs, (TensorSpec("out", (a.shape[0], n), out_dtype),),
                       (("scaling", _SCALING_CODES[scaling_mode]), ("a_k_major", 1), ("b_k_major", int(b_k_major)),
@@ -431,29 +487,34 @@ def _infer_grouped_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_sca
 
 GROUPED_GEMM_FP8 = OpDef(
     name="grouped_gemm_fp8",
-    args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits", "bias"),
+    args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits", "bias", "a_amax", "b_amax"),
     attrs=("scaling_mode", "b_k_major", "out_dtype", "a_block_2d", "b_block_2d"),
     validate=_validate_grouped_fp8,
     infer=_infer_grouped_fp8,
 )
-"""grouped_gemm_fp8(a, a_scale_inv, b, b_scale_inv, m_splits, bias=None, *, out_dtype) -> out (M, N).
+"""grouped_gemm_fp8(a, a_scale_inv, b, b_scale_inv, m_splits, bias=None, a_amax=None, b_amax=None, *,
+out_dtype) -> out (M, N).
 
 Shapes: a (M, K) FP8 rows of G blocks (each quantized on its own, a_scale_inv (G,)); b (G, N, K)
     K-major FP8 (fprop: the rowwise weights; dgrad: the transposed columnwise copies (G, K, N)
-    read as (G, N', K')), b_scale_inv (G,); bias (G, N).
-Numerics: each group exactly ``gemm`` of the per-tensor FP8 operands (NUMERICS.md §8). CPU only.
+    read as (G, N', K')), b_scale_inv (G,); bias (G, N). MXFP8 / FP8 block / NVFP4: the block
+    scales as ``grouped_quantize`` lays them out. NVFP4: data packed (M, K/2) and (G, N, K/2),
+    a_amax / b_amax (G,) each group's global amaxes.
+Numerics: each group exactly ``gemm`` of the per-expert quantized operands (NUMERICS.md §8). CPU only.
 """
 
 
 def _validate_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
-                                m_splits: ArrayMeta, *, scaling_mode: str = "fp8_current",
-                                out_dtype: str = "float32", a_block_2d: bool = False, b_block_2d: bool = False) -> None:
-    _check_fp8("a", a, 2)
-    _check_fp8("b", b, 2)
+                                m_splits: ArrayMeta, a_amax: ArrayMeta | None = None, b_amax: ArrayMeta | None = None,
+                                *, scaling_mode: str = "fp8_current", out_dtype: str = "float32",
+                                a_block_2d: bool = False, b_block_2d: bool = False) -> None:
+    _check_fp8("a", a, 2, scaling_mode)
+    _check_fp8("b", b, 2, scaling_mode)
     if not isinstance(m_splits, ArrayMeta) or m_splits.dtype != "int32" or len(m_splits.shape) != 1:
         check_m_splits(m_splits, -1)
     _check_group_scales("a_scale_inv", a_scale_inv, m_splits.shape[0], scaling_mode)
     _check_group_scales("b_scale_inv", b_scale_inv, m_splits.shape[0], scaling_mode)
+    _check_group_amax(scaling_mode, m_splits.shape[0], a_amax, b_amax)
     transposed = _COLUMNWISE_TRANSPOSED[scaling_mode]
     if (a.shape[1] if transposed else a.shape[0]) != (b.shape[1] if transposed else b.shape[0]):
         fail(_GROUPED, ValueError, f"a {tuple(a.shape)} and b {tuple(b.shape)} disagree on the rows M")
@@ -462,12 +523,12 @@ def _validate_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMe
 
 
 def _infer_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta, b_scale_inv: ArrayMeta,
-                             m_splits: ArrayMeta, *, scaling_mode: str = "fp8_current",
-                             out_dtype: str = "float32", a_block_2d: bool = False,
-                             b_block_2d: bool = False) -> KernelCall:
+                             m_splits: ArrayMeta, a_amax: ArrayMeta | None = None, b_amax: ArrayMeta | None = None,
+                             *, scaling_mode: str = "fp8_current", out_dtype: str = "float32",
+                             a_block_2d: bool = False, b_block_2d: bool = False) -> KernelCall:
     transposed = _COLUMNWISE_TRANSPOSED[scaling_mode]
     n, k = (a.shape[0], b.shape[0]) if transposed else (a.shape[1], b.shape[1])
-    return KernelCall("grouped_gemm_wgrad", ("a", "a_scale_inv", "b", "b_scale_inv", "m_splits"),
+    return KernelCall("grouped_gemm_wgrad", _grouped_inputs(scaling_mode),
                       (TensorSpec("out", (m_splits.shape[0], n, k), out_dtype),),
                       (("scaling", _SCALING_CODES[scaling_mode]), ("a_k_major", int(transposed)),
                        ("b_k_major", int(transposed)), ("a_block_2d", int(a_block_2d)),
@@ -476,15 +537,17 @@ def _infer_grouped_wgrad_fp8(a: ArrayMeta, a_scale_inv: ArrayMeta, b: ArrayMeta,
 
 GROUPED_GEMM_WGRAD_FP8 = OpDef(
     name="grouped_gemm_wgrad_fp8",
-    args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits"),
+    args=("a", "a_scale_inv", "b", "b_scale_inv", "m_splits", "a_amax", "b_amax"),
     attrs=("scaling_mode", "out_dtype", "a_block_2d", "b_block_2d"),
     validate=_validate_grouped_wgrad_fp8,
     infer=_infer_grouped_wgrad_fp8,
 )
-"""grouped_gemm_wgrad_fp8(a, a_scale_inv, b, b_scale_inv, m_splits, *, out_dtype) -> out (G, N, K).
+"""grouped_gemm_wgrad_fp8(a, a_scale_inv, b, b_scale_inv, m_splits, a_amax=None, b_amax=None, *,
+out_dtype) -> out (G, N, K).
 
 Shapes: a: grad_output's grouped columnwise copy, the blocks (N, m_g) one after another viewed
-    as (N, M); b: the input's, (K, m_g) blocks viewed as (K, M); scales (G,).
+    as (N, M) (NVFP4: packed, (N, M/2)); b: the input's, (K, m_g) blocks viewed as (K, M)
+    (NVFP4: (K, M/2)); scales (G,) or as ``grouped_quantize`` lays them out; NVFP4 amaxes (G,).
 Numerics: out[g] exactly ``gemm(dy_g, x_g, a_columnwise=True, b_columnwise=True)`` of the
     per-expert quantized tensors. CPU only.
 """

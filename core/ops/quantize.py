@@ -467,19 +467,26 @@ def array_meta(shape: Sequence[Any], dtype: str) -> ArrayMeta:
 
 # ---- grouped per-tensor FP8 (GroupedLinear under Float8CurrentScaling) ------------------------
 
-GROUPED_SCALING_MODES = ("fp8_current", "fp8_delayed", "mxfp8", "fp8_block")
+GROUPED_SCALING_MODES = ("fp8_current", "fp8_delayed", "mxfp8", "fp8_block", "nvfp4")
 """Quantizer families a grouped quantize (and a quantized GroupedLinear) supports."""
 
 
-def _validate_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, scale: ArrayMeta | None = None, *,
-                               quantizer: Quantizer) -> None:
+def _validate_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, scale: ArrayMeta | None = None,
+                               rng: ArrayMeta | None = None, *, quantizer: Quantizer) -> None:
     op = "grouped_linear"
     if (quantizer.scaling_mode not in GROUPED_SCALING_MODES
-            or (_two_d(quantizer) and quantizer.scaling_mode != "fp8_block")
+            or (_two_d(quantizer) and quantizer.scaling_mode not in ("fp8_block", "nvfp4"))
             or not (quantizer.rowwise and quantizer.columnwise)):
         fail(op, TypeError, "grouped quantization takes a Float8CurrentScalingQuantizer, a "
-             "Float8DelayedScalingQuantizer, a Float8BlockQuantizer or a 1D MXFP8Quantizer with both usages, got "
-             f"{quantizer!r}")
+             "Float8DelayedScalingQuantizer, a Float8BlockQuantizer, a 1D MXFP8Quantizer or an NVFP4Quantizer with "
+             f"both usages, got {quantizer!r}")
+    if quantizer.scaling_mode == "nvfp4":
+        if x.shape[1] % 16 != 0:
+            fail(op, ValueError, f"NVFP4 needs in_features to be a multiple of 16, got {x.shape[1]}")
+        if quantizer.with_rht and x.dtype != "bfloat16":
+            fail(op, TypeError, f"NVFP4 with_rht=True needs bfloat16 x (the RHT is defined for bf16 input only), "
+                 f"got {x.dtype}")
+    _validate_rng(op, quantizer, rng)
     if quantizer.scaling_mode == "mxfp8" and x.shape[1] % 32 != 0:
         fail(op, ValueError, f"MXFP8 needs in_features to be a multiple of 32, got {x.shape[1]}")
     if quantizer.scaling_mode == "fp8_block" and x.shape[1] % 128 != 0:
@@ -495,10 +502,21 @@ def _validate_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, scale: ArrayMe
              f"{scale.dtype} {tuple(scale.shape)}")
 
 
-def _infer_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, scale: ArrayMeta | None = None, *,
-                            quantizer: Quantizer) -> KernelCall:
+def _infer_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, scale: ArrayMeta | None = None,
+                            rng: ArrayMeta | None = None, *, quantizer: Quantizer) -> KernelCall:
     rows, cols = x.shape
     groups = m_splits.shape[0]
+    if quantizer.scaling_mode == "nvfp4":
+        # Flat uint8 scales, each block's scale tensor after the previous one's (m_g multiples
+        # of 16): rowwise Σ roundup(m_g, 128)·roundup(K/16, 4) <= (M + 127·G)·roundup(K/16, 4),
+        # columnwise Σ roundup(K, 128)·roundup(m_g/16, 4) <= roundup(K, 128)·(ceil(M/16) + 3·G).
+        return KernelCall("grouped_quantize_nvfp4", ("x", "m_splits") + (("rng",) if rng is not None else ()), (
+            TensorSpec("rowwise_data", (rows, cols // 2), "uint8"),
+            TensorSpec("rowwise_scale_inv", ((rows + 127 * groups) * round_up(cols // 16, 4),), "uint8"),
+            TensorSpec("columnwise_data", (rows * cols // 2,), "uint8"),
+            TensorSpec("columnwise_scale_inv", (round_up(cols, 128) * (ceil_div(rows, 16) + 3 * groups),), "uint8"),
+            TensorSpec("amax", (groups,), "float32"), TensorSpec("columnwise_amax", (groups,), "float32")),
+            _quantize_attrs(quantizer))
     data = FP8_DTYPES[quantizer.fp8_dtype]
     if quantizer.scaling_mode == "mxfp8":
         # Each block's scales in its own region: Σ roundup(m_g, 128) <= M + 127·G rowwise rows,
@@ -532,19 +550,25 @@ def _infer_grouped_quantize(x: ArrayMeta, m_splits: ArrayMeta, scale: ArrayMeta 
 
 GROUPED_QUANTIZE = OpDef(
     name="grouped_quantize",
-    args=("x", "m_splits", "scale"),
+    args=("x", "m_splits", "scale", "rng"),
     attrs=("quantizer",),
     validate=_validate_grouped_quantize,
     infer=_infer_grouped_quantize,
 )
-"""grouped_quantize(x, m_splits, scale=None, *, quantizer) -> per-tensor FP8: (rowwise_data (M, K),
-rowwise_scale_inv (G,), columnwise_data (M·K,), columnwise_scale_inv (G,), amax (G,)); MXFP8:
-(rowwise_data (M, K), rowwise_scale_inv, columnwise_data (M, K), columnwise_scale_inv).
+"""grouped_quantize(x, m_splits, scale=None, rng=None, *, quantizer) -> per-tensor FP8: (rowwise_data
+(M, K), rowwise_scale_inv (G,), columnwise_data (M·K,), columnwise_scale_inv (G,), amax (G,)); MXFP8:
+(rowwise_data (M, K), rowwise_scale_inv, columnwise_data (M, K), columnwise_scale_inv); NVFP4:
+(rowwise_data (M, K/2), rowwise_scale_inv (flat uint8), columnwise_data (M·K/2,),
+columnwise_scale_inv (flat uint8), amax (G,), columnwise_amax (G,)).
 
 Numerics: each row block of m_splits is quantized on its own (NUMERICS.md §4, §5), exactly the
 bytes ``quantize`` gives the block alone (delayed scaling: with scale[g], scale (G,) float32;
 amax[g] the block's unscaled amax, 0 for an empty block). Per-tensor FP8: columnwise_data holds each block's
 transposed copy (K, m_g) one after another. MXFP8: every m_g a multiple of 32; each block's
 scales in its own region (rowwise at Σ_{j<g} roundup(m_j, 128) rows, columnwise at
-Σ_{j<g} roundup(m_j / 32, 4) rows). CPU only.
+Σ_{j<g} roundup(m_j / 32, 4) rows). NVFP4 (§7): every m_g a multiple of 16; each block's
+``quantize`` bytes with rng [seed, offset + g] for stochastic rounding (rng (2,) given iff the
+quantizer rounds stochastically); columnwise_data holds each block's (K, m_g/2) copy one after
+another; each block's scale tensors (of ``quantize``'s shapes) one after another in the flat
+scale arrays, zero past them; amax / columnwise_amax each block's global amaxes. CPU only.
 """

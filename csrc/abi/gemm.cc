@@ -87,17 +87,34 @@ TweStatus check_hp_view(const TweTensorView* v, const char* name, int32_t ndim, 
   return kTweSuccess;
 }
 
-TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* b,
-                               const TweTensorView* b_scale_inv, const TweTensorView* m_splits,
-                               const TweTensorView* bias, TweTensorView* out, const TweGroupedGemmParams* params,
-                               bool ragged_k, void* stream) {
+/*! A packed NVFP4 operand view (uint8, two E2M1 values per byte) of rank `ndim`. */
+TweStatus check_packed_view(const TweTensorView* v, const char* name, int32_t ndim, TweDevice device) {
+  if (!v) return fail(kTweInvalidArgument, std::string(name) + " is missing");
+  if (v->dtype != kTweUInt8) {
+    return fail(kTweInvalidArgument, std::string(name) + " must be uint8 (packed E2M1), got " + dtype_name(v->dtype));
+  }
+  if (v->ndim != ndim) {
+    return fail(kTweInvalidArgument, std::string(name) + " must have rank " + std::to_string(ndim) + ", got " +
+                                         shape_string(*v));
+  }
+  if (v->device != device) return fail(kTweInvalidArgument, std::string(name) + " is on a different device than out");
+  if (!v->data && numel(*v) > 0) return fail(kTweInvalidArgument, std::string(name) + " data is missing");
+  return kTweSuccess;
+}
+
+TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* a_amax,
+                               const TweTensorView* b, const TweTensorView* b_scale_inv, const TweTensorView* b_amax,
+                               const TweTensorView* m_splits, const TweTensorView* bias, TweTensorView* out,
+                               const TweGroupedGemmParams* params, bool ragged_k, void* stream) {
   if (!params) return fail(kTweInvalidArgument, "params must not be NULL");
   if (!out) return fail(kTweInvalidArgument, "out is missing");
   const TweDevice dev = out->device;
+  const bool nvfp4 = params->scaling == kTweGemmNVFP4;
   const bool fp8 = params->scaling == kTweGemmFP8PerTensor || params->scaling == kTweGemmMXFP8 ||
-                   params->scaling == kTweGemmFP8Block;
+                   params->scaling == kTweGemmFP8Block || nvfp4;
   if (!fp8 && params->scaling != kTweGemmHighPrecision) {
-    return fail(kTweInvalidArgument, "grouped GEMMs take high-precision, per-tensor FP8, FP8 block or MXFP8 operands");
+    return fail(kTweInvalidArgument, "grouped GEMMs take high-precision, per-tensor FP8, FP8 block, MXFP8 or NVFP4 "
+                                     "operands");
   }
   if (fp8 && dev != kTweCPU) return fail(kTweInvalidArgument, "quantized grouped GEMMs run on the CPU only");
   if (!is_high_precision(out->dtype)) {
@@ -109,9 +126,10 @@ TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_sc
   }
   if (m_splits->device != dev) return fail(kTweInvalidArgument, "m_splits is on a different device than out");
   const int64_t groups = m_splits->shape[0];
-  TweStatus st = check_hp_view(a, "a", 2, dev, fp8);
+  TweStatus st = nvfp4 ? check_packed_view(a, "a", 2, dev) : check_hp_view(a, "a", 2, dev, fp8);
   if (st) return st;
-  if ((st = check_hp_view(b, "b", ragged_k ? 2 : 3, dev, fp8))) return st;
+  if ((st = nvfp4 ? check_packed_view(b, "b", ragged_k ? 2 : 3, dev) : check_hp_view(b, "b", ragged_k ? 2 : 3, dev, fp8)))
+    return st;
   if ((st = check_hp_view(out, "out", ragged_k ? 3 : 2, dev))) return st;
   if (params->scaling == kTweGemmFP8PerTensor) {
     if ((st = check_view(a_scale_inv, "a scale_inv", kTweFloat32, -1, groups, dev))) return st;
@@ -131,13 +149,26 @@ TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_sc
     if (params->a_block_2d && params->b_block_2d) {
       return fail(kTweInvalidArgument, "FP8 block GEMMs need at least one 1D (1x128) operand");
     }
+  } else if (nvfp4) {
+    for (const TweTensorView* s : {a_scale_inv, b_scale_inv}) {
+      if (!s || !s->data || s->dtype != kTweUInt8 || s->ndim != 1 || s->device != dev) {
+        return fail(kTweInvalidArgument, "NVFP4 grouped GEMM scales must be flat uint8 arrays on out's device");
+      }
+    }
+    if ((st = check_view(a_amax, "a amax", kTweFloat32, -1, groups, dev))) return st;
+    if ((st = check_view(b_amax, "b amax", kTweFloat32, -1, groups, dev))) return st;
+    if (!params->a_k_major || !params->b_k_major) {
+      return fail(kTweInvalidArgument, "NVFP4 grouped GEMM operands must be K-major");
+    }
   }
+  // NVFP4 data holds two elements per byte along K (the last dimension of K-major operands).
+  const int64_t pack = nvfp4 ? 2 : 1;
   int64_t m, n, k;
   if (!ragged_k) {
     m = a->shape[0];
-    k = a->shape[1];
+    k = a->shape[1] * pack;
     n = params->b_k_major ? b->shape[1] : b->shape[2];
-    const int64_t kb = params->b_k_major ? b->shape[2] : b->shape[1];
+    const int64_t kb = params->b_k_major ? b->shape[2] * pack : b->shape[1];
     if (!params->a_k_major) return fail(kTweInvalidArgument, "grouped_gemm: a must be K-major (M, K)");
     if (b->shape[0] != groups || kb != k) {
       return fail(kTweInvalidArgument, "b " + shape_string(*b) + " does not hold " + std::to_string(groups) +
@@ -153,10 +184,10 @@ TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_sc
       }
     }
   } else {
-    m = params->b_k_major ? b->shape[1] : b->shape[0];
+    m = params->b_k_major ? b->shape[1] * pack : b->shape[0];
     k = params->b_k_major ? b->shape[0] : b->shape[1];
     n = params->a_k_major ? a->shape[0] : a->shape[1];
-    const int64_t ma = params->a_k_major ? a->shape[1] : a->shape[0];
+    const int64_t ma = params->a_k_major ? a->shape[1] * pack : a->shape[0];
     if (ma != m) {
       return fail(kTweInvalidArgument, "a " + shape_string(*a) + " and b " + shape_string(*b) +
                                            " disagree on the rows M");
@@ -169,7 +200,7 @@ TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_sc
   GroupedGemmArgs args{a, b, m_splits, (bias && bias->data) ? bias : nullptr, out, fp8 ? a_scale_inv : nullptr,
                        fp8 ? b_scale_inv : nullptr, params->scaling, ragged_k, params->a_k_major != 0,
                        params->b_k_major != 0, groups, m, n, k, stream, params->a_block_2d != 0,
-                       params->b_block_2d != 0};
+                       params->b_block_2d != 0, nvfp4 ? a_amax : nullptr, nvfp4 ? b_amax : nullptr};
   if (numel(*out) == 0) return succeed();
   st = run_on_device(dev, args, TWE_DEVICE_FNS(grouped_gemm));
   return st ? st : succeed();
@@ -226,16 +257,20 @@ TweStatus twe_gemm(const TweGemmOperand* a, const TweGemmOperand* b, const TweTe
   return st ? st : succeed();
 }
 
-TweStatus twe_grouped_gemm(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* b,
-                           const TweTensorView* b_scale_inv, const TweTensorView* m_splits, const TweTensorView* bias,
-                           TweTensorView* out, const TweGroupedGemmParams* params, void* stream) {
-  return grouped_gemm_checked(a, a_scale_inv, b, b_scale_inv, m_splits, bias, out, params, false, stream);
+TweStatus twe_grouped_gemm(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* a_amax,
+                           const TweTensorView* b, const TweTensorView* b_scale_inv, const TweTensorView* b_amax,
+                           const TweTensorView* m_splits, const TweTensorView* bias, TweTensorView* out,
+                           const TweGroupedGemmParams* params, void* stream) {
+  return grouped_gemm_checked(a, a_scale_inv, a_amax, b, b_scale_inv, b_amax, m_splits, bias, out, params, false,
+                              stream);
 }
 
-TweStatus twe_grouped_gemm_wgrad(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* b,
-                                 const TweTensorView* b_scale_inv, const TweTensorView* m_splits, TweTensorView* out,
-                                 const TweGroupedGemmParams* params, void* stream) {
-  return grouped_gemm_checked(a, a_scale_inv, b, b_scale_inv, m_splits, nullptr, out, params, true, stream);
+TweStatus twe_grouped_gemm_wgrad(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* a_amax,
+                                 const TweTensorView* b, const TweTensorView* b_scale_inv, const TweTensorView* b_amax,
+                                 const TweTensorView* m_splits, TweTensorView* out, const TweGroupedGemmParams* params,
+                                 void* stream) {
+  return grouped_gemm_checked(a, a_scale_inv, a_amax, b, b_scale_inv, b_amax, m_splits, nullptr, out, params, true,
+                              stream);
 }
 
 TweStatus twe_gemm_swizzle_scales(const TweTensorView* in, TweTensorView* out, const TweGemmSwizzleParams* params,

@@ -294,6 +294,47 @@ TweStatus twe_grouped_quantize_mxfp8(const TweTensorView* input, const TweTensor
   return st ? st : succeed();
 }
 
+TweStatus twe_grouped_quantize_nvfp4(const TweTensorView* input, const TweTensorView* m_splits,
+                                     const TweTensorView* rng, TweQuantizedTensor* output,
+                                     const TweQuantizeParams* params, void* stream) {
+  TweStatus st = check_input(input);
+  if (st) return st;
+  if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
+  if (input->device != kTweCPU) {
+    return fail(kTweInvalidArgument, "grouped NVFP4 quantization runs on the CPU only (its block sizes are read on the "
+                                     "host)");
+  }
+  if ((st = check_m_splits(m_splits))) return st;
+  const int64_t r = rows(*input), k = cols(*input);
+  if (k % numerics::kNVFP4BlockSize != 0) {
+    return fail(kTweInvalidArgument, "NVFP4 needs K to be a multiple of 16, got " + shape_string(*input));
+  }
+  const int64_t groups = m_splits->shape[0];
+  if ((st = check_view(&output->rowwise_data, "rowwise_data", kTweUInt8, r, k / 2, kTweCPU))) return st;
+  if ((st = check_view(&output->columnwise_data, "columnwise_data", kTweUInt8, -1, r * k / 2, kTweCPU))) return st;
+  for (const TweTensorView* v : {&output->rowwise_scale_inv, &output->columnwise_scale_inv}) {
+    if ((st = check_view(v, "scale_inv", kTweUInt8, -1, numel(*v), kTweCPU))) return st;
+  }
+  if ((st = check_view(&output->amax, "amax", kTweFloat32, -1, groups, kTweCPU))) return st;
+  if ((st = check_view(&output->columnwise_amax, "columnwise_amax", kTweFloat32, -1, groups, kTweCPU))) return st;
+  if (params->with_rht && input->dtype != kTweBFloat16) {
+    return fail(kTweInvalidArgument, std::string("the RHT of the columnwise copy needs bfloat16 input, got ") +
+                                         dtype_name(input->dtype));
+  }
+  if (params->stochastic_rounding) {
+    if ((st = check_rng(rng, kTweCPU))) return st;
+  } else if (present(rng)) {
+    return fail(kTweInvalidArgument, "rng is only used with stochastic_rounding");
+  }
+  QuantizeArgs args{input, nullptr, rng, output, *params, r, k, stream};
+  try {
+    st = cpu::grouped_quantize_nvfp4(args, *m_splits);
+  } catch (const std::exception& e) {
+    return fail(kTweInternalError, e.what());
+  }
+  return st ? st : succeed();
+}
+
 TweStatus twe_quantize_fp8_delayed(const TweTensorView* input, const TweTensorView* scale,
                                    TweQuantizedTensor* output, const TweQuantizeParams* params,
                                    void* stream) {

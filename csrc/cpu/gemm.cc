@@ -568,11 +568,39 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
       a.block_2d = args.a_block_2d;
       b.block_2d = args.b_block_2d;
     }
+    if (args.scaling == kTweGemmNVFP4) {
+      // Each operand's E4M3 scales: its groups' scale tensors one after another, each of the
+      // shape twe_quantize_nvfp4 gives its K-major data block (rows, cols): (roundup(rows, 128),
+      // roundup(cols / 16, 4)). Row-split operands' blocks are (m_g, K) (weights (N, K));
+      // ragged-K (wgrad) operands' blocks are (N, m_g) and (K, m_g).
+      auto region = [&](const TweTensorView& scales, int64_t other, bool ragged_rows, int64_t uniform) {
+        int64_t offset = 0, sr = 0, sc = 0;
+        for (int64_t j = 0; j <= g; ++j) {
+          const int64_t m = uniform >= 0 ? uniform : std::max<int32_t>(splits[j], 0);
+          const int64_t r = ragged_rows ? other : m, c = ragged_rows ? m : other;
+          sr = round_up(r, 128);
+          sc = round_up(ceil_div(c, 16), 4);
+          if (j < g) offset += sr * sc;
+        }
+        return view_2d(scales, offset, sr, sc);
+      };
+      if (!args.ragged_k) {
+        a.scale_inv = region(*args.a_scale_inv, k, false, -1);
+        b.scale_inv = region(*args.b_scale_inv, k, false, n);
+      } else {
+        a.scale_inv = region(*args.a_scale_inv, n, true, -1);
+        b.scale_inv = region(*args.b_scale_inv, k, true, -1);
+      }
+      a.amax = view_2d(*args.a_amax, g, 1, 1);
+      b.amax = view_2d(*args.b_amax, g, 1, 1);
+    }
+    // NVFP4 data holds two elements per byte along its last (K) dimension.
+    const int64_t pack = args.scaling == kTweGemmNVFP4 ? 2 : 1;
     if (!args.ragged_k) {
       if (rows == 0) continue;
-      a.data = view_2d(*args.a, begin * k, rows, k);
+      a.data = view_2d(*args.a, begin * k / pack, rows, k / pack);
       a.k_major = 1;
-      b.data = args.b_k_major ? view_2d(*args.b, g * n * k, n, k) : view_2d(*args.b, g * n * k, k, n);
+      b.data = args.b_k_major ? view_2d(*args.b, g * n * k / pack, n, k / pack) : view_2d(*args.b, g * n * k, k, n);
       b.k_major = args.b_k_major;
       out = view_2d(*args.out, begin * n, rows, n);
       if (args.bias) bias = view_2d(*args.bias, g * n, 1, n);  // added after the GEMM's rounding (below)
@@ -584,9 +612,11 @@ TweStatus grouped_gemm(const GroupedGemmArgs& args) {
         zero_elements(*args.out, g * n * k, n * k);
         continue;
       }
-      a.data = args.a_k_major ? view_2d(*args.a, begin * n, n, rows) : view_2d(*args.a, begin * n, rows, n);
+      a.data = args.a_k_major ? view_2d(*args.a, begin * n / pack, n, rows / pack)
+                              : view_2d(*args.a, begin * n, rows, n);
       a.k_major = args.a_k_major;
-      b.data = args.b_k_major ? view_2d(*args.b, begin * k, k, rows) : view_2d(*args.b, begin * k, rows, k);
+      b.data = args.b_k_major ? view_2d(*args.b, begin * k / pack, k, rows / pack)
+                              : view_2d(*args.b, begin * k, rows, k);
       b.k_major = args.b_k_major;
       call.m = n;
       call.n = k;

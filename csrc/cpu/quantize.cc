@@ -1030,6 +1030,67 @@ TweStatus grouped_quantize_mxfp8(const QuantizeArgs& a, const TweTensorView& m_s
   return kTweSuccess;
 }
 
+TweStatus grouped_quantize_nvfp4(const QuantizeArgs& a, const TweTensorView& m_splits) {
+  const int32_t* splits = static_cast<const int32_t*>(m_splits.data);
+  const TweQuantizedTensor& o = *a.output;
+  const int64_t k = a.cols;
+  const int64_t row_stride = round_up(k / kFP4Block, 4);  // rowwise scale codes per row
+  const int64_t col_rows = round_up(k, 128);              // columnwise scale rows per block
+  uint32_t seed = 0, offset = 0;
+  if (a.params.stochastic_rounding) {
+    seed = rng_word(*a.rng, 0);
+    offset = rng_word(*a.rng, 1);
+  }
+  // Scale padding and the rows past the blocks are zero (defined bytes in both frontends).
+  for (const TweTensorView* v : {&o.rowwise_scale_inv, &o.columnwise_scale_inv})
+    std::memset(v->data, 0, static_cast<size_t>(numel(*v)));
+  int64_t start = 0, row_scales = 0, col_scales = 0;
+  for (int64_t g = 0; g < m_splits.shape[0]; ++g) {
+    const int64_t m = splits[g];
+    if (m < 0 || m % kFP4Block != 0) {
+      return fail(kTweInvalidArgument, "NVFP4 quantizes each expert block on its own and needs every m_split to be a "
+                                       "multiple of 16 (pad the blocks: align_size=32), got " + std::to_string(m));
+    }
+    const int64_t row_count = round_up(m, 128) * row_stride;
+    const int64_t col_stride = round_up(m / kFP4Block, 4);
+    const int64_t col_count = col_rows * col_stride;
+    if (start + m > a.rows || row_scales + row_count > numel(o.rowwise_scale_inv) ||
+        col_scales + col_count > numel(o.columnwise_scale_inv)) {
+      return fail(kTweInvalidArgument, "m_splits exceed the rows of the input or of the scale buffers");
+    }
+    static_cast<float*>(o.amax.data)[g] = 0.0f;
+    static_cast<float*>(o.columnwise_amax.data)[g] = 0.0f;
+    if (m > 0) {
+      // Expert g rounds stochastically with [seed, offset + g] (mod 2^32): the rng of its own Linear.
+      uint32_t words[2] = {seed, offset + static_cast<uint32_t>(g)};
+      TweTensorView rng{};
+      rng.data = words;
+      rng.dtype = kTweUInt32;
+      rng.ndim = 1;
+      rng.shape[0] = 2;
+      rng.device = kTweCPU;
+      TweTensorView input = view_2d(*a.input, start * k, m, k);
+      TweQuantizedTensor out{};
+      out.rowwise_data = view_2d(o.rowwise_data, start * k / 2, m, k / 2);
+      out.rowwise_scale_inv = view_2d(o.rowwise_scale_inv, row_scales, round_up(m, 128), row_stride);
+      out.amax = view_2d(o.amax, g, 1, 1);
+      out.columnwise_data = view_2d(o.columnwise_data, start * k / 2, k, m / 2);
+      out.columnwise_scale_inv = view_2d(o.columnwise_scale_inv, col_scales, col_rows, col_stride);
+      out.columnwise_amax = view_2d(o.columnwise_amax, g, 1, 1);
+      QuantizeArgs group{&input, nullptr, a.params.stochastic_rounding ? &rng : nullptr, &out, a.params, m, k,
+                         a.stream};
+      const TweStatus st = quantize_nvfp4(group);
+      if (st) return st;
+    }
+    start += m;
+    row_scales += row_count;
+    col_scales += col_count;
+  }
+  for (const TweTensorView* v : {&o.rowwise_data, &o.columnwise_data})
+    std::memset(static_cast<uint8_t*>(v->data) + start * k / 2, 0, static_cast<size_t>(numel(*v) - start * k / 2));
+  return kTweSuccess;
+}
+
 TweStatus quantize_fp8_delayed(const QuantizeArgs& a) {
   ScopedIeeeSubnormals ieee;
   return dispatch_high_precision(a.input->dtype, [&](auto tag) {

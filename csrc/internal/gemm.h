@@ -127,6 +127,8 @@ struct GroupedGemmArgs {
   void* stream;
   bool a_block_2d;  // kTweGemmFP8Block: 128x128 tiles (else 1x128 blocks)
   bool b_block_2d;
+  const TweTensorView* a_amax = nullptr;  // kTweGemmNVFP4: (G,) global amax per group, else nullptr
+  const TweTensorView* b_amax = nullptr;
 };
 
 /*! Elements of the fp32 FP8-block scale tensor of a K-major data block (rows, cols) (NUMERICS.md

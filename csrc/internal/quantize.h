@@ -87,6 +87,8 @@ TweStatus grouped_quantize_fp8_delayed(const QuantizeArgs& args, const TweTensor
 TweStatus grouped_quantize_fp8_block(const QuantizeArgs& args, const TweTensorView& m_splits);
 /*! twe_grouped_quantize_mxfp8 after the ABI checks: quantize_mxfp8 per row block. */
 TweStatus grouped_quantize_mxfp8(const QuantizeArgs& args, const TweTensorView& m_splits);
+/*! twe_grouped_quantize_nvfp4 after the ABI checks: quantize_nvfp4 per row block (rng offset + g). */
+TweStatus grouped_quantize_nvfp4(const QuantizeArgs& args, const TweTensorView& m_splits);
 }  // namespace cpu
 
 #ifdef TWE_WITH_CUDA

@@ -59,27 +59,33 @@ TweGroupedGemmParams grouped_params(OpCall& call) {
   return params;
 }
 
-/*! Inputs a, [a_scale_inv], b, [b_scale_inv], m_splits (scales for per-tensor FP8), from `next`. */
+/*! Inputs a, [a_scale_inv, [a_amax]], b, [b_scale_inv, [b_amax]], m_splits (scales for
+ *  quantized operands, amaxes for NVFP4), from `next`. */
 struct GroupedInputs {
   const TweTensorView* a = nullptr;
   const TweTensorView* a_scale = nullptr;
+  const TweTensorView* a_amax = nullptr;
   const TweTensorView* b = nullptr;
   const TweTensorView* b_scale = nullptr;
+  const TweTensorView* b_amax = nullptr;
   const TweTensorView* m_splits = nullptr;
 };
 
 GroupedInputs grouped_inputs(OpCall& call, const TweGroupedGemmParams& params, size_t* next) {
   const bool scaled = params.scaling != kTweGemmHighPrecision;
+  const bool nvfp4 = params.scaling == kTweGemmNVFP4;
   GroupedInputs in;
   in.a = call.input((*next)++);
   if (scaled) in.a_scale = call.input((*next)++);
+  if (nvfp4) in.a_amax = call.input((*next)++);
   in.b = call.input((*next)++);
   if (scaled) in.b_scale = call.input((*next)++);
+  if (nvfp4) in.b_amax = call.input((*next)++);
   in.m_splits = call.input((*next)++);
   return in;
 }
 
-// inputs: a, [a_scale_inv], b, [b_scale_inv], m_splits[, bias] | outputs: out
+// inputs: a, [a_scale_inv, [a_amax]], b, [b_scale_inv, [b_amax]], m_splits[, bias] | outputs: out
 // attrs: scaling, a_k_major, b_k_major
 TweStatus grouped_gemm(OpCall& call) {
   const TweGroupedGemmParams params = grouped_params(call);
@@ -88,10 +94,11 @@ TweStatus grouped_gemm(OpCall& call) {
   const TweTensorView* bias = next < call.inputs.size() ? call.input(next) : nullptr;
   TweTensorView out = call.take_output();
   call.expect_all_outputs_taken();
-  return twe_grouped_gemm(in.a, in.a_scale, in.b, in.b_scale, in.m_splits, bias, &out, &params, call.stream);
+  return twe_grouped_gemm(in.a, in.a_scale, in.a_amax, in.b, in.b_scale, in.b_amax, in.m_splits, bias, &out, &params,
+                          call.stream);
 }
 
-// inputs: a, [a_scale_inv], b, [b_scale_inv], m_splits | outputs: out (G, N, K)
+// inputs: a, [a_scale_inv, [a_amax]], b, [b_scale_inv, [b_amax]], m_splits | outputs: out (G, N, K)
 // attrs: scaling, a_k_major, b_k_major
 TweStatus grouped_gemm_wgrad(OpCall& call) {
   const TweGroupedGemmParams params = grouped_params(call);
@@ -99,7 +106,8 @@ TweStatus grouped_gemm_wgrad(OpCall& call) {
   const GroupedInputs in = grouped_inputs(call, params, &next);
   TweTensorView out = call.take_output();
   call.expect_all_outputs_taken();
-  return twe_grouped_gemm_wgrad(in.a, in.a_scale, in.b, in.b_scale, in.m_splits, &out, &params, call.stream);
+  return twe_grouped_gemm_wgrad(in.a, in.a_scale, in.a_amax, in.b, in.b_scale, in.b_amax, in.m_splits, &out, &params,
+                                call.stream);
 }
 
 }  // namespace

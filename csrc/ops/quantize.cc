@@ -81,6 +81,15 @@ TweStatus grouped_quantize_mxfp8(OpCall& call) {
   return twe_grouped_quantize_mxfp8(call.input(0), call.input(1), &out, &p, call.stream);
 }
 
+// inputs: x, m_splits[, rng] | outputs: rowwise_data, rowwise_scale_inv, columnwise_data,
+// columnwise_scale_inv, amax, columnwise_amax
+TweStatus grouped_quantize_nvfp4(OpCall& call) {
+  TweQuantizedTensor out = quantized_outputs(call, AmaxOutputs::kPerCopy);
+  TweQuantizeParams p = quantize_params(*call.attrs);
+  const TweTensorView* rng = call.inputs.size() > 2 ? call.input(2) : nullptr;
+  return twe_grouped_quantize_nvfp4(call.input(0), call.input(1), rng, &out, &p, call.stream);
+}
+
 // inputs: x | outputs: quantized (+ amax)
 TweStatus quantize_fp8_current(OpCall& call) {
   TweQuantizedTensor out = quantized_outputs(call, AmaxOutputs::kTensor);
@@ -170,6 +179,7 @@ TWE_REGISTER_OP(grouped_quantize_fp8_current, grouped_quantize_fp8_current);
 TWE_REGISTER_OP(grouped_quantize_fp8_delayed, grouped_quantize_fp8_delayed);
 TWE_REGISTER_OP(grouped_quantize_fp8_block, grouped_quantize_fp8_block);
 TWE_REGISTER_OP(grouped_quantize_mxfp8, grouped_quantize_mxfp8);
+TWE_REGISTER_OP(grouped_quantize_nvfp4, grouped_quantize_nvfp4);
 TWE_REGISTER_OP(quantize_fp8_delayed, quantize_fp8_delayed);
 TWE_REGISTER_OP(quantize_mxfp8, quantize_mxfp8);
 TWE_REGISTER_OP(quantize_fp8_block, quantize_fp8_block);

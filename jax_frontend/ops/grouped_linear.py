@@ -57,7 +57,7 @@ class GroupedLinear(BasicOperation):
         return weights + biases
 
     def op_call(self, recipe, state, rng, training):
-        return {"quantizers": grouped_quantizers(recipe, delayed_ok=False)}, {}
+        return {"quantizers": grouped_quantizers(recipe, delayed_ok=False, nvfp4_ok=False)}, {}
 
     def op_forward_compute(self, x, params, *, quantizers=None, extra_inputs=()):
         (m_splits,) = extra_inputs
@@ -77,7 +77,7 @@ class GroupedLinear(BasicOperation):
         if quantizers is None:
             y, res = _grouped_fwd(x2, weight, splits, bias)
         else:
-            (y, _), res = _grouped_fp8_fwd(x2, weight, splits, bias, None, quantizers)
+            (y, _), res = _grouped_fp8_fwd(x2, weight, splits, bias, None, None, quantizers)
         return y.reshape(*lead, self.out_features), {"res": res, "lead": lead, "splits_shape": tuple(splits.shape)}
 
     def op_backward(self, ctx: OpContext, dy):
@@ -87,7 +87,7 @@ class GroupedLinear(BasicOperation):
         if qs is None:
             dx, dw, _, db = _grouped_bwd(s["res"], dy2)
         else:
-            dx, dw, _, db, _ = _grouped_fp8_bwd(qs, s["res"], (dy2, None))
+            dx, dw, _, db, _, _ = _grouped_fp8_bwd(qs, s["res"], (dy2, None))
         dparams = tuple(dw[i] for i in range(self.num_gemms))
         if db is not None:
             dparams += tuple(db[i] for i in range(self.num_gemms))

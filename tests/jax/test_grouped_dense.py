@@ -86,11 +86,54 @@ def test_grouped_dense_rejects_bad_arguments(call, error, match):
 
 
 def test_grouped_dense_under_an_unsupported_recipe_raises():
-    with tej.autocast(te.recipe.NVFP4BlockScaling()):
+    with tej.autocast(te.recipe.MXFP8BlockScaling(enable_2d_quantization=True)):
         with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
-                                            "DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
-                                            "Float8BlockScaling"):
+                                            "DelayedScaling, Float8CurrentScaling, 1D MXFP8BlockScaling, "
+                                            "Float8BlockScaling or NVFP4BlockScaling"):
             tej.grouped_dense(jnp.ones((64, 32)), jnp.ones((2, 32, 32)), jnp.asarray([32, 32]))
+
+
+@pytest.mark.parametrize("dtype, splits, stochastic", [("bfloat16", [16, 0, 32, 16], True),
+                                                       ("float32", [0, 0, 64, 0], True),
+                                                       ("bfloat16", [32, 16, 0, 16], False)], ids=str)
+def test_grouped_dense_nvfp4_matches_per_group_dense(dtype, splits, stochastic):
+    """Each group quantized on its own (NVFP4 global amax, blocks, RHT for bf16, SR of the
+    gradient with rng [seed, offset + g]): the bytes of tej.dense on its rows with that rng."""
+    recipe = te.recipe.NVFP4BlockScaling(disable_stochastic_rounding=not stochastic)
+    x, k, b, dy = _case(splits, dtype, seed=3, K=64, N=32)
+    rng = jnp.asarray([9, 70], jnp.int32) if stochastic else None
+
+    def grouped(x, k, b):
+        with tej.autocast(recipe):
+            return tej.grouped_dense(x, k, jnp.asarray(splits), b, rng=rng)
+
+    y, vjp = jax.vjp(jax.jit(grouped), x, k, b)
+    dx, dk, db = vjp(dy)
+    off = 0
+    for g, size in enumerate(splits):
+        rows = slice(off, off + size)
+        off += size
+        if size == 0:
+            assert not np.asarray(dk[g]).astype(np.float32).any()
+            continue
+        rng_g = None if rng is None else jnp.asarray([9, 70 + g], jnp.int32)
+        yg, vjp_g = jax.vjp(lambda x, k, b: tej.dense(x, k, b, recipe=recipe, rng=rng_g), x[rows], k[g], b[g])
+        dxg, dkg, dbg = vjp_g(dy[rows])
+        for name, got, exp in (("output", y[rows], yg), ("dgrad", dx[rows], dxg), ("wgrad", dk[g], dkg),
+                               ("bias grad", db[g], dbg)):
+            assert_bytes_equal(np.asarray(got), np.asarray(exp), f"{name} {g}")
+
+
+def test_grouped_dense_nvfp4_needs_rng_and_aligned_splits():
+    with tej.autocast(te.recipe.NVFP4BlockScaling()):
+        with pytest.raises(ValueError, match="needs rng="):
+            tej.grouped_dense(jnp.ones((32, 32)), jnp.ones((2, 32, 16)), jnp.asarray([16, 16]))
+    import twinengine.jax.ops as jops
+    seq = jops.Sequential(jops.GroupedLinear(2, 32, 16))
+    params = seq.init(jax.random.PRNGKey(0))
+    with tej.autocast(te.recipe.NVFP4BlockScaling()):
+        with pytest.raises(TypeError, match="the GroupedLinear basic op does not run NVFP4BlockScaling yet"):
+            seq(jnp.ones((32, 32)), params, jnp.asarray([16, 16]))
 
 
 @pytest.mark.parametrize("recipe_name, splits", [("Float8CurrentScaling", [5, 3, 20, 4]),
@@ -237,3 +280,33 @@ def test_grouped_linear_basic_op_matches_grouped_dense():
     with tej.autocast(te.recipe.DelayedScaling(amax_history_len=4)):
         with pytest.raises(TypeError, match="twinengine.grouped_linear: DelayedScaling needs per-expert amax"):
             seq(x, params, splits)
+
+
+def test_flax_grouped_dense_nvfp4_matches_function():
+    """Flax GroupedDense under NVFP4: an explicit rng gives grouped_dense's bytes (forward and
+    kernel gradient); without one it draws from the "stochastic_rounding" stream."""
+    from twinengine.jax.flax import GroupedDense
+    recipe = te.recipe.NVFP4BlockScaling()
+    x, _, _, dy = _case([16, 0, 16], "bfloat16", seed=8, K=32, N=16)
+    splits = jnp.asarray([16, 0, 16])
+    rng = jnp.asarray([4, 11], jnp.uint32)
+    module = GroupedDense(num_gemms=3, features=16, param_dtype=jnp.bfloat16)
+    params = module.init(jax.random.PRNGKey(0), x, splits)["params"]
+
+    def module_loss(p):
+        with tej.autocast(recipe):
+            return (module.apply({"params": p}, x, splits, rng).astype(jnp.float32) * dy.astype(np.float32)).sum()
+
+    def fn_loss(kernel, bias):
+        with tej.autocast(recipe):
+            y = tej.grouped_dense(x, kernel, splits, bias, rng=rng)
+        return (y.astype(jnp.float32) * dy.astype(np.float32)).sum()
+
+    got = jax.grad(module_loss)(params)
+    exp = jax.grad(fn_loss, argnums=(0, 1))(params["kernel"], params["bias"])
+    assert_bytes_equal(np.asarray(got["kernel"]), np.asarray(exp[0]), "kernel grad")
+    assert_bytes_equal(np.asarray(got["bias"]), np.asarray(exp[1]), "bias grad")
+    with tej.autocast(recipe):  # the forward does not round stochastically: same bytes with a drawn rng
+        drawn = module.apply({"params": params}, x, splits, rngs={"stochastic_rounding": jax.random.PRNGKey(1)})
+        given = tej.grouped_dense(x, params["kernel"], splits, params["bias"], rng=rng)
+    assert_bytes_equal(np.asarray(drawn), np.asarray(given), "forward with a drawn rng")

@@ -17,11 +17,14 @@ import twinengine.jax as tej
 import twinengine.pytorch as tep
 
 
-@pytest.mark.parametrize("recipe_name", [None, "Float8CurrentScaling", "MXFP8BlockScaling", "Float8BlockScaling"],
-                         ids=str)
+@pytest.mark.parametrize("recipe_name", [None, "Float8CurrentScaling", "MXFP8BlockScaling", "Float8BlockScaling",
+                                         "NVFP4BlockScaling"], ids=str)
 def test_grouped_linear_torch_and_jax_agree(recipe_name):
     fp8 = recipe_name is not None
     recipe = getattr(te.recipe, recipe_name)() if fp8 else None
+    nvfp4 = recipe_name == "NVFP4BlockScaling"  # RHT on the bf16 columnwise copies, SR of dy per expert
+    seed_offset = np.array([12, 345], np.int64)
+    kw = {"rng": torch.from_numpy(seed_offset)} if nvfp4 else {}
     rng = np.random.default_rng(0)
     bf16 = NUMPY_DTYPES["bfloat16"]
     f = 4 if recipe_name == "Float8BlockScaling" else 1  # 128-row blocks, 128x128 weight tiles
@@ -37,13 +40,13 @@ def test_grouped_linear_torch_and_jax_agree(recipe_name):
         wt = [to_torch(wg).requires_grad_() for wg in w]
         bt = [to_torch(bg).requires_grad_() for bg in b]
         with tep.autocast(enabled=fp8, recipe=recipe):
-            y = fn(xt, wt, torch.from_numpy(splits), bt)
+            y = fn(xt, wt, torch.from_numpy(splits), bt, **kw)
         y.backward(to_torch(dy))
         results.append([from_torch(y), from_torch(xt.grad), np.stack([from_torch(t.grad) for t in wt]),
                         np.stack([from_torch(t.grad) for t in bt])])
     def jax_fn(x, k, s, b):
         with tej.autocast(recipe, enabled=fp8):
-            return tej.grouped_dense(x, k, s, b)
+            return tej.grouped_dense(x, k, s, b, rng=jnp.asarray(seed_offset, jnp.int32) if nvfp4 else None)
 
     y, vjp = jax.vjp(lambda x, k, b: jax.jit(jax_fn)(x, k, jnp.asarray(splits), b), x, np.transpose(w, (0, 2, 1)), b)
     dx, dk, db = vjp(dy)

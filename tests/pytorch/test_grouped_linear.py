@@ -5,6 +5,8 @@ recompiles; bad inputs; opcheck of the grouped kernels."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -111,6 +113,83 @@ def test_grouped_linear_quantized_matches_per_expert_linear(recipe_name, splits,
     for g in range(len(splits)):
         assert_bytes_equal(from_torch(getattr(layer, f"weight{g}").grad), exp_dw[g], f"wgrad expert {g}")
         assert_bytes_equal(from_torch(getattr(layer, f"bias{g}").grad), exp_db[g], f"bias grad expert {g}")
+
+
+NVFP4_CASES = [("bfloat16", [16, 0, 32, 16], True), ("bfloat16", [0, 0, 64, 0], True),
+               ("float32", [32, 16, 0, 16], True), ("bfloat16", [16, 0, 32, 16], False)]
+
+
+@pytest.mark.parametrize("dtype, splits, stochastic", NVFP4_CASES, ids=str)
+def test_grouped_linear_nvfp4_matches_per_expert_linear(dtype, splits, stochastic):
+    """Each expert quantized on its own (global amax, 1x16 / 16x16 blocks, RHT on bf16
+    columnwise copies, SR of the gradient with [seed, offset + g]): the bytes of tep.linear on
+    the expert's rows with rng [seed, offset + g]; the module advances its offset by G."""
+    recipe = te.recipe.NVFP4BlockScaling(disable_stochastic_rounding=not stochastic)
+    x_np, w, b, dy = _case(splits, dtype, True, seed=11, K=64, N=32)
+    torch_dtype = getattr(torch, dtype)
+    layer = tep.GroupedLinear(len(splits), 64, 32, params_dtype=torch_dtype, rng_seed=5)
+    _load(layer, w, b)
+    with torch.no_grad():
+        layer.rng_state.copy_(torch.tensor([5, 40]))
+    x = to_torch(x_np).requires_grad_()
+    with tep.autocast(recipe=recipe):
+        y = layer(x, torch.tensor(splits))
+    y.backward(to_torch(dy))
+    assert layer.rng_state.tolist() == ([5, 40 + len(splits)] if stochastic else [5, 40])
+    off = 0
+    for g, size in enumerate(splits):
+        if size == 0:
+            assert not from_torch(getattr(layer, f"weight{g}").grad).astype(np.float32).any()
+            continue
+        xg, wg, bg = (to_torch(a).requires_grad_() for a in (x_np[off:off + size], w[g], b[g]))
+        with tep.autocast(recipe=recipe):
+            yg = tep.linear(xg, wg, bg, rng=torch.tensor([5, 40 + g]) if stochastic else None)
+        yg.backward(to_torch(dy[off:off + size]))
+        for name, got, exp in (("output", y[off:off + size], yg), ("dgrad", x.grad[off:off + size], xg.grad),
+                               ("wgrad", getattr(layer, f"weight{g}").grad, wg.grad),
+                               ("bias grad", getattr(layer, f"bias{g}").grad, bg.grad)):
+            assert_bytes_equal(from_torch(got), from_torch(exp), f"{name} expert {g}")
+        off += size
+
+
+def _nvfp4_step(layer, x, splits, recipe):
+    with tep.autocast(recipe=recipe):
+        return layer(x, splits)
+
+
+def test_grouped_linear_nvfp4_compiled_matches_eager_without_recompiles():
+    recipe = te.recipe.NVFP4BlockScaling()
+    torch.manual_seed(0)
+    eager_layer = tep.GroupedLinear(3, 32, 16, params_dtype=torch.bfloat16)
+    compiled_layer = tep.GroupedLinear(3, 32, 16, params_dtype=torch.bfloat16)
+    compiled_layer.load_state_dict(eager_layer.state_dict())
+    compiled = torch.compile(_nvfp4_step, fullgraph=True)
+    x_np = np.random.default_rng(6).standard_normal((64, 32)).astype(np.float32).astype(NUMPY_DTYPES["bfloat16"])
+    for i, splits in enumerate(([16, 16, 32], [0, 64, 0], [32, 0, 32])):
+        outs = []
+        for fn, layer in ((_nvfp4_step, eager_layer), (compiled, compiled_layer)):
+            layer.zero_grad()
+            x = to_torch(x_np).requires_grad_()
+            with no_recompiles() if fn is compiled and i > 0 else contextlib.nullcontext():
+                y = fn(layer, x, torch.tensor(splits, dtype=torch.int32), recipe)
+                y.sum().backward()
+            outs.append([from_torch(y), from_torch(x.grad), from_torch(layer.rng_state)]
+                        + [from_torch(p.grad) for p in layer.parameters()])
+        for j, (eager, comp) in enumerate(zip(*outs)):
+            assert_bytes_equal(comp, eager, f"splits {splits} result {j}")
+
+
+def test_grouped_linear_nvfp4_errors():
+    layer = tep.GroupedLinear(2, 32, 16)
+    with tep.autocast(recipe=te.recipe.NVFP4BlockScaling()):
+        with pytest.raises(ValueError, match="multiple of 16 \\(pad the blocks: align_size=32\\), got 8"):
+            layer(torch.ones(32, 32), torch.tensor([8, 24]))
+        with pytest.raises(ValueError, match="needs rng="):
+            tep.grouped_linear(torch.ones(32, 32), layer.weights(), torch.tensor([16, 16]))
+        with pytest.raises(TypeError, match="twinengine.grouped_linear: pre-quantized NVFP4 weights are not supported"):
+            layer(torch.ones(32, 32), torch.tensor([16, 16]), is_first_microbatch=True)
+        with pytest.raises(TypeError, match="the GroupedLinear basic op does not run NVFP4BlockScaling yet"):
+            ops.Sequential(ops.GroupedLinear(2, 32, 16))(torch.ones(32, 32), torch.tensor([16, 16]))
 
 
 def _load(layer, w, b):
@@ -402,10 +481,10 @@ def test_grouped_linear_rejects_bad_arguments(call, error, match):
 
 
 def test_grouped_linear_under_an_unsupported_recipe_raises():
-    with tep.autocast(recipe=te.recipe.NVFP4BlockScaling()):
+    with tep.autocast(recipe=te.recipe.MXFP8BlockScaling(enable_2d_quantization=True)):
         with pytest.raises(TypeError, match="twinengine.grouped_linear: GroupedLinear runs in high precision or with "
-                                            "DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
-                                            "Float8BlockScaling"):
+                                            "DelayedScaling, Float8CurrentScaling, 1D MXFP8BlockScaling, "
+                                            "Float8BlockScaling or NVFP4BlockScaling"):
             tep.GroupedLinear(2, 128, 128)(torch.ones(256, 128), torch.tensor([128, 128]))
 
 
@@ -433,5 +512,8 @@ def test_grouped_kernels_pass_opcheck():
                                                             splits, b.clone().requires_grad_())),
                      (torch.ops.twinengine.grouped_quantize, (x, splits, None, te.Float8CurrentScalingQuantizer())),
                      (torch.ops.twinengine.grouped_quantize, (x, splits, torch.tensor([2.0, 1.0, 0.5]),
-                                                              te.Float8DelayedScalingQuantizer()))):
+                                                              te.Float8DelayedScalingQuantizer())),
+                     (torch.ops.twinengine.grouped_quantize, (torch.randn(48, 32), torch.tensor([16, 0, 32], dtype=torch.int32), None,
+                                                              te.NVFP4Quantizer(stochastic_rounding=True),
+                                                              torch.tensor([3, 9])))):
         torch.library.opcheck(op, args)

@@ -17,6 +17,7 @@ from ...ops.gemm import (
     GROUPED_GEMM_WGRAD_FP8,
     block_2d,
     check_grouped_delayed_state,
+    check_grouped_rng,
     check_grouped_weights,
     check_m_splits,
     grouped_quantizers,
@@ -103,33 +104,37 @@ _grouped_linear.register_autograd(_backward, setup_context=_setup)
 # ---- per-tensor FP8 (Float8CurrentScaling): each expert's blocks quantized on their own -----------
 
 @torch.library.custom_op("twinengine::grouped_quantize", mutates_args=())
-def _grouped_quantize(x: Tensor, m_splits: Tensor, scale: Tensor | None, quantizer: Quantizer) -> list[Tensor]:
-    call = GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), meta(scale), quantizer=quantizer)
-    arrays = {"x": x, "m_splits": m_splits, "scale": scale}
+def _grouped_quantize(x: Tensor, m_splits: Tensor, scale: Tensor | None, quantizer: Quantizer,
+                      rng: Tensor | None = None) -> list[Tensor]:
+    call = GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), meta(scale), meta(rng), quantizer=quantizer)
+    arrays = {"x": x, "m_splits": m_splits, "scale": scale, "rng": rng}
     return launch(call, [arrays[name] for name in call.inputs], x.device)
 
 
 @_grouped_quantize.register_fake
-def _(x, m_splits, scale, quantizer):
-    return empty_outputs(GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), meta(scale), quantizer=quantizer), x.device)
+def _(x, m_splits, scale, quantizer, rng=None):
+    call = GROUPED_QUANTIZE.plan(meta(x), meta(m_splits), meta(scale), meta(rng), quantizer=quantizer)
+    return empty_outputs(call, x.device)
 
 
 @torch.library.custom_op("twinengine::grouped_gemm_fp8", mutates_args=())
 def _grouped_gemm_fp8(a: Tensor, a_scale_inv: Tensor, b: Tensor, b_scale_inv: Tensor, m_splits: Tensor,
                       bias: Tensor | None, scaling_mode: str, b_k_major: bool, out_dtype: str, a_block_2d: bool = False,
-                      b_block_2d: bool = False) -> Tensor:
-    args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias))
+                      b_block_2d: bool = False, a_amax: Tensor | None = None, b_amax: Tensor | None = None) -> Tensor:
+    args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias), meta(a_amax),
+            meta(b_amax))
     call = GROUPED_GEMM_FP8.plan(*args, scaling_mode=scaling_mode, b_k_major=b_k_major, out_dtype=out_dtype,
                                  a_block_2d=a_block_2d, b_block_2d=b_block_2d)
     arrays = {"a": a, "a_scale_inv": a_scale_inv, "b": b, "b_scale_inv": b_scale_inv, "m_splits": m_splits,
-              "bias": bias}
+              "bias": bias, "a_amax": a_amax, "b_amax": b_amax}
     return launch(call, [arrays[name] for name in call.inputs], a.device)[0]
 
 
 @_grouped_gemm_fp8.register_fake
 def _(a, a_scale_inv, b, b_scale_inv, m_splits, bias, scaling_mode, b_k_major, out_dtype, a_block_2d=False,
-      b_block_2d=False):
-    args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias))
+      b_block_2d=False, a_amax=None, b_amax=None):
+    args = (meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits), meta(bias), meta(a_amax),
+            meta(b_amax))
     call = GROUPED_GEMM_FP8.plan(*args, scaling_mode=scaling_mode, b_k_major=b_k_major, out_dtype=out_dtype,
                                  a_block_2d=a_block_2d, b_block_2d=b_block_2d)
     return empty_outputs(call, a.device)[0]
@@ -138,19 +143,30 @@ def _(a, a_scale_inv, b, b_scale_inv, m_splits, bias, scaling_mode, b_k_major, o
 @torch.library.custom_op("twinengine::grouped_gemm_wgrad_fp8", mutates_args=())
 def _grouped_gemm_wgrad_fp8(a: Tensor, a_scale_inv: Tensor, b: Tensor, b_scale_inv: Tensor, m_splits: Tensor,
                             scaling_mode: str, out_dtype: str, a_block_2d: bool = False,
-                            b_block_2d: bool = False) -> Tensor:
+                            b_block_2d: bool = False, a_amax: Tensor | None = None,
+                            b_amax: Tensor | None = None) -> Tensor:
     call = GROUPED_GEMM_WGRAD_FP8.plan(meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits),
-                                       scaling_mode=scaling_mode, out_dtype=out_dtype, a_block_2d=a_block_2d,
-                                       b_block_2d=b_block_2d)
-    return launch(call, [a, a_scale_inv, b, b_scale_inv, m_splits], a.device)[0]
+                                       meta(a_amax), meta(b_amax), scaling_mode=scaling_mode, out_dtype=out_dtype,
+                                       a_block_2d=a_block_2d, b_block_2d=b_block_2d)
+    arrays = {"a": a, "a_scale_inv": a_scale_inv, "b": b, "b_scale_inv": b_scale_inv, "m_splits": m_splits,
+              "a_amax": a_amax, "b_amax": b_amax}
+    return launch(call, [arrays[name] for name in call.inputs], a.device)[0]
 
 
 @_grouped_gemm_wgrad_fp8.register_fake
-def _(a, a_scale_inv, b, b_scale_inv, m_splits, scaling_mode, out_dtype, a_block_2d=False, b_block_2d=False):
+def _(a, a_scale_inv, b, b_scale_inv, m_splits, scaling_mode, out_dtype, a_block_2d=False, b_block_2d=False,
+      a_amax=None, b_amax=None):
     call = GROUPED_GEMM_WGRAD_FP8.plan(meta(a), meta(a_scale_inv), meta(b), meta(b_scale_inv), meta(m_splits),
-                                       scaling_mode=scaling_mode, out_dtype=out_dtype, a_block_2d=a_block_2d,
-                                       b_block_2d=b_block_2d)
+                                       meta(a_amax), meta(b_amax), scaling_mode=scaling_mode, out_dtype=out_dtype,
+                                       a_block_2d=a_block_2d, b_block_2d=b_block_2d)
     return empty_outputs(call, a.device)[0]
+
+
+def _quantized_parts(outputs: Sequence[Tensor], mode: str) -> tuple[list[Tensor], Tensor | None, Tensor | None]:
+    """([rowwise data, its scales, columnwise data, its scales], per-group amax (per-tensor FP8)
+    or NVFP4 rowwise amax, NVFP4 columnwise amax) of a grouped_quantize's outputs."""
+    copies, amaxes = list(outputs[:4]), list(outputs[4:]) + [None, None]
+    return copies, amaxes[0], amaxes[1] if mode == "nvfp4" else None
 
 
 def _grouped_linear_fp8_body(x: Tensor, weight: Tensor, m_splits: Tensor, bias: Tensor | None, q_input: Quantizer,
@@ -158,34 +174,40 @@ def _grouped_linear_fp8_body(x: Tensor, weight: Tensor, m_splits: Tensor, bias: 
                              bwd_scale: Tensor | None, bwd_history: Tensor | None, margin: int,
                              amax_compute_algo: str, w_rowwise_data: Tensor | None = None,
                              w_rowwise_scale_inv: Tensor | None = None, w_columnwise_data: Tensor | None = None,
-                             w_columnwise_scale_inv: Tensor | None = None) -> list[Tensor]:
-    """[y, x columnwise data, its scales, weight columnwise data, its scales, amax (2G,)] (the
-    copies the backward needs are outputs, so the context saves them). DelayedScaling
-    (fwd_scale (2G,) given: inputs' scales, then weights'): amax holds the G input amaxes,
-    then the G weight amaxes; otherwise zeros. Given weight copies (the four outputs of the
-    weight's grouped_quantize: FP8 weight caching) are used instead of quantizing `weight`;
-    their weight amaxes are then 0 (as tep.Linear's with a cached weight) and the returned
-    weight copies empty (the backward reads the given ones)."""
+                             w_columnwise_scale_inv: Tensor | None = None, rng: Tensor | None = None) -> list[Tensor]:
+    """[y, x columnwise data, its scales, weight columnwise data, its scales, x columnwise amax
+    (G,), weight columnwise amax (G,), amax (2G,)] (the copies the backward needs are outputs,
+    so the context saves them; the columnwise amaxes are NVFP4's global amaxes, else zeros).
+    DelayedScaling (fwd_scale (2G,) given: inputs' scales, then weights'): amax holds the G
+    input amaxes, then the G weight amaxes; otherwise zeros. Given weight copies (the four
+    outputs of the weight's grouped_quantize: FP8 weight caching) are used instead of
+    quantizing `weight`; their weight amaxes are then 0 (as tep.Linear's with a cached weight)
+    and the returned weight copies empty (the backward reads the given ones). rng: the
+    backward's (NVFP4 stochastic rounding of the gradient)."""
     groups, n, k = weight.shape
     delayed = fwd_scale is not None
     cached = w_rowwise_data is not None
-    x_row, x_row_s, x_col, x_col_s, *x_amax = torch.ops.twinengine.grouped_quantize(
-        x, m_splits, fwd_scale[:groups] if delayed else None, q_input)
+    mode = q_input.scaling_mode
+    (x_row, x_row_s, x_col, x_col_s), x_amax, x_col_amax = _quantized_parts(torch.ops.twinengine.grouped_quantize(
+        x, m_splits, fwd_scale[:groups] if delayed else None, q_input), mode)
     zeros = torch.zeros(groups, dtype=torch.float32, device=x.device)
     if cached:
         w_row, w_row_s, w_col, w_col_s = w_rowwise_data, w_rowwise_scale_inv, w_columnwise_data, w_columnwise_scale_inv
-        w_amax = [zeros]
+        w_amax = w_col_amax = zeros
     else:
         w_splits = torch.full((groups,), n, dtype=torch.int32, device=x.device)
-        w_row, w_row_s, w_col, w_col_s, *w_amax = torch.ops.twinengine.grouped_quantize(
-            weight.reshape(groups * n, k), w_splits, fwd_scale[groups:] if delayed else None, q_weight)
-    y = torch.ops.twinengine.grouped_gemm_fp8(x_row, x_row_s, w_row.view(groups, n, k), w_row_s, m_splits, bias,
-                                              q_input.scaling_mode, True, dtype_name(x.dtype), block_2d(q_input),
-                                              block_2d(q_weight))
-    amax = torch.cat([x_amax[0], w_amax[0]]) if delayed else torch.cat([zeros, zeros])
+        (w_row, w_row_s, w_col, w_col_s), w_amax, w_col_amax = _quantized_parts(torch.ops.twinengine.grouped_quantize(
+            weight.reshape(groups * n, k), w_splits, fwd_scale[groups:] if delayed else None, q_weight), mode)
+    nvfp4 = mode == "nvfp4"
+    y = torch.ops.twinengine.grouped_gemm_fp8(x_row, x_row_s, w_row.view(groups, n, k // 2 if nvfp4 else k), w_row_s,
+                                              m_splits, bias, mode, True, dtype_name(x.dtype), block_2d(q_input),
+                                              block_2d(q_weight), x_amax if nvfp4 else None,
+                                              w_amax if nvfp4 else None)
+    amax = torch.cat([x_amax, w_amax]) if delayed else torch.cat([zeros, zeros])
     if cached:  # an op must not return its inputs
         w_col, w_col_s = (torch.empty(0, dtype=t.dtype, device=x.device) for t in (w_col, w_col_s))
-    return [y, x_col, x_col_s, w_col, w_col_s, amax]
+    col_amaxes = (x_col_amax, w_col_amax) if nvfp4 else (zeros.clone(), zeros.clone())
+    return [y, x_col, x_col_s, w_col, w_col_s, *col_amaxes, amax]
 
 
 _grouped_linear_fp8 = torch.library.custom_op("twinengine::grouped_linear_fp8", mutates_args=())(
@@ -194,16 +216,18 @@ _grouped_linear_fp8.register_fake(_grouped_linear_fp8_body)
 
 
 def _fp8_setup(ctx, inputs, output):
-    (x, weight, m_splits, bias, _, _, q_grad, _, bwd_scale, bwd_history, margin, algo, *cache) = inputs
-    given_w_col, given_w_col_s = (cache + [None] * 4)[2:4]
-    # The dispatcher drops trailing arguments equal to their defaults (the weight-cache Nones);
-    # the backward returns one gradient per argument it kept.
-    ctx.num_inputs = 12 + max([i + 1 for i, t in enumerate(cache) if t is not None], default=0)
-    _, x_col, x_col_s, w_col, w_col_s, amax = output
-    ctx.mark_non_differentiable(x_col, x_col_s, w_col, w_col_s, amax)
+    (x, weight, m_splits, bias, _, _, q_grad, _, bwd_scale, bwd_history, margin, algo, *extra) = inputs
+    cache, rng = (extra + [None] * 5)[:4], (extra + [None] * 5)[4]
+    given_w_col, given_w_col_s = cache[2:4]
+    # The dispatcher drops trailing arguments equal to their defaults (the weight-cache and rng
+    # Nones); the backward returns one gradient per argument it kept.
+    ctx.num_inputs = 12 + max([i + 1 for i, t in enumerate(extra) if t is not None], default=0)
+    _, x_col, x_col_s, w_col, w_col_s, x_col_amax, w_col_amax, amax = output
+    ctx.mark_non_differentiable(x_col, x_col_s, w_col, w_col_s, x_col_amax, w_col_amax, amax)
     if given_w_col is not None:
         w_col, w_col_s = given_w_col, given_w_col_s
-    ctx.save_for_backward(x_col, x_col_s, w_col, w_col_s, m_splits, bwd_scale, bwd_history)
+    ctx.save_for_backward(x_col, x_col_s, w_col, w_col_s, x_col_amax, w_col_amax, m_splits, bwd_scale, bwd_history,
+                          rng)
     ctx.q_grad, ctx.shape = q_grad, tuple(weight.shape)
     ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
     ctx.delayed = (margin, algo)
@@ -211,34 +235,43 @@ def _fp8_setup(ctx, inputs, output):
 
 
 def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtypes: tuple,
-                 delayed: tuple = (0, "max"), two_d: tuple = (False, False)) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(dx, dweight (G, N, K), dbias or None) of the per-expert FP8 path from the saved
-    (x columnwise data, its scales, weight columnwise data, its scales, m_splits[, bwd_scale
-    (G,), bwd_amax_history (L, G)]); DelayedScaling (bwd_scale given): dy's blocks use the
-    grad slots' scales and the slots' history and scale are updated in place (NUMERICS.md §3)."""
-    x_col, x_col_s, w_col, w_col_s, m_splits, *state = saved
+                 delayed: tuple = (0, "max"), two_d: tuple = (False, False),
+                 rng: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(dx, dweight (G, N, K), dbias or None) of the per-expert quantized path from the saved
+    (x columnwise data, its scales, weight columnwise data, its scales, x columnwise amax,
+    weight columnwise amax, m_splits[, bwd_scale (G,), bwd_amax_history (L, G)]);
+    DelayedScaling (bwd_scale given): dy's blocks use the grad slots' scales and the slots'
+    history and scale are updated in place (NUMERICS.md §3). NVFP4 stochastic rounding: dy's
+    block g rounds with [seed, offset + g] of `rng`."""
+    x_col, x_col_s, w_col, w_col_s, x_col_amax, w_col_amax, m_splits, *state = saved
     bwd_scale, bwd_history = state if state else (None, None)
     groups, n, k = shape
     x_dtype, w_dtype, b_dtype = dtypes
     rows = dy.shape[0]
     mode = q_grad.scaling_mode
-    d_row, d_row_s, d_col, d_col_s, *d_amax = torch.ops.twinengine.grouped_quantize(dy, m_splits, bwd_scale, q_grad)
+    nvfp4 = mode == "nvfp4"
+    (d_row, d_row_s, d_col, d_col_s), d_amax, d_col_amax = _quantized_parts(
+        torch.ops.twinengine.grouped_quantize(dy, m_splits, bwd_scale, q_grad, rng), mode)
     if bwd_scale is not None:
         margin, algo = delayed
-        new_history, new_scale = update_delayed_scaling(record_amax(bwd_history, d_amax[0]), bwd_scale,
+        new_history, new_scale = update_delayed_scaling(record_amax(bwd_history, d_amax), bwd_scale,
                                                         q_grad.fp8_dtype, margin=margin, amax_compute_algo=algo)
         bwd_history.copy_(new_history)
         bwd_scale.copy_(new_scale)
     if mode == "mxfp8":  # columnwise copies keep the (rows, cols) layout
         w_b, d_a, x_b = w_col.view(groups, n, k), d_col, x_col
+    elif nvfp4:  # transposed packed copies, block after block
+        w_b, d_a, x_b = w_col.view(groups, k, n // 2), d_col.view(n, rows // 2), x_col.view(k, rows // 2)
     else:  # per-tensor FP8: transposed copies, block after block
         w_b, d_a, x_b = w_col.view(groups, k, n), d_col.view(n, rows), x_col.view(k, rows)
     x_2d, w_2d = two_d  # FP8 block: which operands hold 128x128 tiles
     g_2d = block_2d(q_grad)
     dx = torch.ops.twinengine.grouped_gemm_fp8(d_row, d_row_s, w_b, w_col_s, m_splits, None, mode, mode != "mxfp8",
-                                               dtype_name(x_dtype), g_2d, w_2d)
+                                               dtype_name(x_dtype), g_2d, w_2d, d_amax if nvfp4 else None,
+                                               w_col_amax if nvfp4 else None)
     dw = torch.ops.twinengine.grouped_gemm_wgrad_fp8(d_a, d_col_s, x_b, x_col_s, m_splits, mode, dtype_name(w_dtype),
-                                                     g_2d, x_2d)
+                                                     g_2d, x_2d, d_col_amax if nvfp4 else None,
+                                                     x_col_amax if nvfp4 else None)
     db = None
     if b_dtype is not None:
         db = bias_grad_grouped(dy, m_splits, b_dtype)
@@ -246,8 +279,9 @@ def fp8_backward(dy: Tensor, saved: tuple, q_grad: Quantizer, shape: tuple, dtyp
 
 
 def _fp8_backward(ctx, grads):
-    dx, dw, db = fp8_backward(grads[0], ctx.saved_tensors, ctx.q_grad, ctx.shape, ctx.dtypes, ctx.delayed,
-                              ctx.block_2d)
+    *saved, rng = ctx.saved_tensors
+    dx, dw, db = fp8_backward(grads[0], tuple(saved), ctx.q_grad, ctx.shape, ctx.dtypes, ctx.delayed, ctx.block_2d,
+                              rng)
     return (dx, dw, None, db) + (None,) * (ctx.num_inputs - 4)
 
 
@@ -271,7 +305,7 @@ def prepare_m_splits(op: str, m_splits: Tensor | Sequence[int], num_gemms: int, 
 def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequence[int],
                    biases: Sequence[Tensor] | None = None, *,
                    delayed_state: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
-                   weight_cache: Sequence[Tensor] | None = None) -> Tensor:
+                   weight_cache: Sequence[Tensor] | None = None, rng: Tensor | None = None) -> Tensor:
     """y[rows_g] = x[rows_g] · weights[g]ᵀ (+ biases[g]) for the G consecutive row blocks of
     ``m_splits`` (TE's GroupedLinear), one grouped kernel per GEMM phase.
 
@@ -287,26 +321,32 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
         ``grouped_weight_copies`` made under the active recipe, used instead of quantizing the
         weights (FP8 weight caching across micro-batches, ``GroupedLinear(...,
         is_first_microbatch=...)``; the weights still get their gradients; DelayedScaling
-        records weight amax 0, as tep.Linear with a cached weight).
+        records weight amax 0, as tep.Linear with a cached weight; not for NVFP4). rng (recipes
+        whose gradient rounds stochastically: NVFP4BlockScaling): int (2,) [seed, offset];
+        expert g rounds its gradient with [seed, offset + g], the rng of its own tep.Linear call.
     Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
     Numerics: each group's rows give exactly the bytes of ``twinengine.pytorch.linear`` on
         those rows with that group's weight (output, dx, dweight, dbias); empty groups give
         zero weight gradients. Inside ``autocast(DelayedScaling | Float8CurrentScaling |
-        MXFP8BlockScaling | Float8BlockScaling)`` each expert's input rows, weight and gradient
-        rows are quantized on their own (per-tensor scales per expert, MXFP8 / FP8 blocks per
-        expert; CPU only; every split a multiple of 32 for MXFP8, of 128 for FP8 block), again
-        exactly the per-expert Linear's bytes (and, for
-        DelayedScaling, its state updates).
+        MXFP8BlockScaling | Float8BlockScaling | NVFP4BlockScaling)`` each expert's input rows,
+        weight and gradient rows are quantized on their own (per-tensor scales per expert,
+        MXFP8 / FP8 / NVFP4 blocks and NVFP4 global amaxes per expert, NVFP4's RHT on each
+        expert's columnwise copies of bf16 operands; CPU only; every split a multiple of 32
+        for MXFP8, of 128 for FP8 block, of 16 for NVFP4), again exactly the per-expert
+        Linear's bytes (and, for DelayedScaling, its state updates).
     Raises:
         TypeError / ValueError: from core — wrong number of weights/biases, m_splits not a 1-D
             int tensor of G entries, shapes, delayed state missing or misshapen; eagerly on CPU
             also Σ m_splits > rows or a negative split; TypeError inside an autocast region
-            with a recipe whose grouped path is not built.
+            with a recipe whose grouped path is not built, or an NVFP4 weight_cache;
+            ValueError: stochastic rounding without rng.
     """
-    qs = grouped_quantizers(current_recipe())
+    qs = grouped_quantizers(current_recipe(), dtype_name(x.dtype))
     if qs is None and weight_cache is not None:
         raise TypeError("twinengine.grouped_linear: a weight_cache needs an active "
                         "twinengine.pytorch.autocast(recipe=...) region")
+    if qs is not None:
+        check_grouped_rng(qs, rng is not None, weight_cache is not None)
     num_gemms = len(m_splits) if not isinstance(m_splits, torch.Tensor) else m_splits.shape[0]
     check_grouped_weights(num_gemms, weights, biases)
     for name, t in (("x", x), ("weight0", weights[0])):
@@ -326,7 +366,8 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
     cache = tuple(weight_cache) if weight_cache is not None else (None,) * 4
     y, *_, amax = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, qs.input, qs.weight,
                                                           qs.grad_output, fwd_scale, bwd_scale, bwd_history,
-                                                          qs.margin, qs.amax_compute_algo, *cache)
+                                                          qs.margin, qs.amax_compute_algo, *cache,
+                                                          rng if qs.needs_rng else None)
     if qs.delayed:
         new_history, new_scale = update_delayed_scaling(record_amax(fwd_history, amax), fwd_scale, qs.fwd_fp8_dtype,
                                                         margin=qs.margin, amax_compute_algo=qs.amax_compute_algo)

@@ -9,7 +9,7 @@ import torch
 
 from ...ops.gemm import check_m_splits
 from ...ops.quantize import ArrayMeta
-from ...ops.gemm import grouped_quantizers
+from ...ops.gemm import check_grouped_rng, grouped_quantizers
 from .._ops.grouped_linear import grouped_linear, grouped_weight_copies
 from ..autocast import current_recipe
 
@@ -30,6 +30,10 @@ class GroupedLinear(torch.nn.Module):
         state dict, which keeps TE's GroupedLinear keys, so TE checkpoints load unchanged). Unlike
         ``Linear``, the layer does not replay its DelayedScaling call under activation
         checkpointing (a recomputed forward updates the forward slots a second time).
+    RNG: ``rng_state`` int64 (2,) buffer [seed, offset] (seed ``rng_seed``, offset 0,
+        non-persistent): under a recipe whose gradient rounds stochastically (NVFP4) each call
+        uses [seed, offset] and advances the offset by ``num_gemms``; expert g rounds with
+        [seed, offset + g], so ``grouped_linear(..., rng=[seed, offset])`` reproduces a call.
     FP8 weight caching (TE's flag): ``layer(x, m_splits, is_first_microbatch=True)`` quantizes
         the expert weights once and keeps them; ``is_first_microbatch=False`` reuses them for the
         following micro-batches of the same optimizer step (the weights still get their
@@ -40,7 +44,7 @@ class GroupedLinear(torch.nn.Module):
 
     def __init__(self, num_gemms: int, in_features: int, out_features: int, bias: bool = True, *,
                  params_dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-                 amax_history_len: int = 1024) -> None:
+                 amax_history_len: int = 1024, rng_seed: int = 0) -> None:
         super().__init__()
         self.num_gemms = num_gemms
         self.in_features = in_features
@@ -58,12 +62,15 @@ class GroupedLinear(torch.nn.Module):
         self.register_buffer("bwd_amax_history", torch.zeros(amax_history_len, num_gemms, dtype=torch.float32,
                                                              device=device), persistent=False)
         self.register_buffer("bwd_scale", torch.ones(num_gemms, dtype=torch.float32, device=device), persistent=False)
+        self.rng_seed = rng_seed
+        self.register_buffer("rng_state", torch.empty(2, dtype=torch.int64, device=device), persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """torch.nn.Linear's initialisation per expert (from torch's global RNG); the delayed-scaling
-        state back to histories 0, scales 1."""
+        state back to histories 0, scales 1; rng_state to [rng_seed, 0]."""
         with torch.no_grad():
+            self.rng_state.copy_(torch.tensor([self.rng_seed, 0], dtype=torch.int64))
             self.fwd_amax_history.zero_()
             self.bwd_amax_history.zero_()
             self.fwd_scale.fill_(1.0)
@@ -89,6 +96,7 @@ class GroupedLinear(torch.nn.Module):
         qs = grouped_quantizers(current_recipe())
         if is_first_microbatch is None or qs is None:
             return None
+        check_grouped_rng(qs, True, True)
         cache = self.__dict__.get("fp8_weight_cache")
         if is_first_microbatch or cache is None or cache[0] != qs.weight:
             scale = self.fwd_scale[self.num_gemms:] if qs.delayed else None
@@ -103,5 +111,14 @@ class GroupedLinear(torch.nn.Module):
         elif len(m_splits) != self.num_gemms:
             check_m_splits(ArrayMeta((len(m_splits),), "int32"), self.num_gemms)
         state = (self.fwd_amax_history, self.fwd_scale, self.bwd_amax_history, self.bwd_scale)
+        recipe = current_recipe()
+        rng = None
+        if recipe is not None and grouped_quantizers(recipe).needs_rng:
+            # Advance first and use a value computed from the advanced state (as Linear does):
+            # a plain clone of the buffer may be read after the update under inductor.
+            step = torch.tensor([0, self.num_gemms], dtype=torch.int64, device=self.rng_state.device)
+            advanced = self.rng_state + step
+            self.rng_state.copy_(advanced)
+            rng = advanced - step
         return grouped_linear(x, self.weights(), m_splits, self.biases(), delayed_state=state,
-                              weight_cache=self._weight_cache(is_first_microbatch))
+                              weight_cache=self._weight_cache(is_first_microbatch), rng=rng)

@@ -54,7 +54,7 @@ class GroupedLinear(BasicOperation):
         return OpDesc("user", "GroupedLinear")
 
     def op_call(self, recipe):
-        return {"quantizers": grouped_quantizers(recipe, delayed_ok=False)}, {}
+        return {"quantizers": grouped_quantizers(recipe, delayed_ok=False, nvfp4_ok=False)}, {}
 
     def op_forward_compute(self, x, params, *, quantizers=None, extra_inputs=()):
         (m_splits,) = extra_inputs

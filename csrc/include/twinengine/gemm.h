@@ -185,7 +185,10 @@ TweStatus twe_gemm(const TweGemmOperand* a, const TweGemmOperand* b, const TweTe
 typedef struct {
   TweGemmScaling scaling; /*!< kTweGemmHighPrecision; kTweGemmFP8PerTensor (one scale_inv per group) or
                                kTweGemmMXFP8 (each group's scales in its own region, as
-                               twe_grouped_quantize_mxfp8 lays them out; weights: m_g = N), CPU only */
+                               twe_grouped_quantize_mxfp8 lays them out; weights: m_g = N), kTweGemmFP8Block,
+                               or kTweGemmNVFP4 (packed K-major data, flat uint8 scales of each group one
+                               after another as twe_grouped_quantize_nvfp4 lays them out, and an fp32 (G,)
+                               global amax per operand); quantized ones CPU only */
   int32_t a_k_major; /*!< grouped_gemm: 1 (A is (M, K)); wgrad: 0 for A stored (M, N), 1 for A held as
                           per-group K-major blocks (N, m_g) one after another, passed as (N, M) */
   int32_t b_k_major; /*!< grouped_gemm: 1 for B (G, N, K), 0 for B (G, K, N); wgrad: 0 for B stored (M, K),
@@ -201,8 +204,10 @@ typedef struct {
  *  out[rows_g] = A[rows_g] · B_gᵀ (+ bias_g) for g < G, rows_g the g-th block of m_splits[g]
  *  consecutive rows (negative sizes count as 0, blocks clipped to M); rows past the blocks are 0.
  *  Each group's numerics are exactly twe_gemm's on that group's rows. Per-tensor FP8 operands
- *  (scaling kTweGemmFP8PerTensor, CPU only) carry fp32 scale_inv (G,): group g uses entry g.
- *  \param[in]  a         fp32/bf16/fp16 (M, K).
+ *  (scaling kTweGemmFP8PerTensor, CPU only) carry fp32 scale_inv (G,): group g uses entry g;
+ *  NVFP4 operands (CPU only) also an amax (G,) each: group g's global amaxes (§7).
+ *  \param[in]  a         fp32/bf16/fp16 (M, K); NVFP4: packed uint8 (M, K/2).
+ *  \param[in]  a_amax    NVFP4: fp32 (G,), else NULL (likewise b_amax).
  *  \param[in]  b         fp32/bf16/fp16 (G, N, K) (b_k_major) or (G, K, N).
  *  \param[in]  m_splits  int32 (G,), read on the device of the operands (no host sync on CUDA).
  *  \param[in]  bias      optional fp32/bf16/fp16 (G, N).
@@ -210,23 +215,27 @@ typedef struct {
  *  \param[in]  params    operand layouts.
  *  \param[in]  stream    cudaStream_t for CUDA views.
  */
-TweStatus twe_grouped_gemm(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* b,
-                           const TweTensorView* b_scale_inv, const TweTensorView* m_splits, const TweTensorView* bias,
-                           TweTensorView* out, const TweGroupedGemmParams* params, void* stream);
+TweStatus twe_grouped_gemm(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* a_amax,
+                           const TweTensorView* b, const TweTensorView* b_scale_inv, const TweTensorView* b_amax,
+                           const TweTensorView* m_splits, const TweTensorView* bias, TweTensorView* out,
+                           const TweGroupedGemmParams* params, void* stream);
 
 /*! \brief Grouped GEMM with a ragged contraction (the wgrad of G experts in one call):
  *  out_g = A[:, rows_g] · B[rows_g] for g < G (an fp32 sum over the group's rows, 0 for an empty
  *  group), exactly twe_gemm(A_g, B_g, a_columnwise, b_columnwise) on the group's rows.
- *  \param[in]  a         fp32/bf16/fp16, stored (M, N) (a_k_major = 0) or (1, M) (a_k_major = 1, N = 1).
+ *  \param[in]  a         fp32/bf16/fp16, stored (M, N) (a_k_major = 0) or (1, M) (a_k_major = 1, N = 1);
+ *                        NVFP4: the packed (N, m_g/2) blocks one after another, passed as (N, M/2).
+ *  \param[in]  a_amax    NVFP4: fp32 (G,), else NULL (likewise b_amax).
  *  \param[in]  b         fp32/bf16/fp16 (M, K).
  *  \param[in]  m_splits  int32 (G,).
  *  \param[out] out       fp32/bf16/fp16 (G, N, K).
  *  \param[in]  params    operand layouts.
  *  \param[in]  stream    cudaStream_t for CUDA views.
  */
-TweStatus twe_grouped_gemm_wgrad(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* b,
-                                 const TweTensorView* b_scale_inv, const TweTensorView* m_splits, TweTensorView* out,
-                                 const TweGroupedGemmParams* params, void* stream);
+TweStatus twe_grouped_gemm_wgrad(const TweTensorView* a, const TweTensorView* a_scale_inv, const TweTensorView* a_amax,
+                                 const TweTensorView* b, const TweTensorView* b_scale_inv, const TweTensorView* b_amax,
+                                 const TweTensorView* m_splits, TweTensorView* out, const TweGroupedGemmParams* params,
+                                 void* stream);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -260,6 +260,26 @@ TweStatus twe_grouped_quantize_fp8_block(const TweTensorView* input, const TweTe
 TweStatus twe_grouped_quantize_mxfp8(const TweTensorView* input, const TweTensorView* m_splits,
                                      TweQuantizedTensor* output, const TweQuantizeParams* params, void* stream);
 
+/*! \brief NVFP4 (§7) of G consecutive row blocks, each on its own: block g (m_splits[g] rows, a
+ *  multiple of 16) gets exactly the bytes twe_quantize_nvfp4 gives that block alone, rounding
+ *  stochastically (when enabled) with rng [seed, offset + g] (mod 2^32). Rowwise data (R, K/2);
+ *  columnwise_data (R·K/2,) holding each block's transposed (K, m_g/2) copy one after another;
+ *  the scales are flat uint8 arrays holding each block's E4M3 scale tensor (of
+ *  twe_quantize_nvfp4's shape: rowwise (roundup(m_g, 128), roundup(K/16, 4)), columnwise
+ *  (roundup(K, 128), roundup(m_g/16, 4))) one after another, zero past them; amax and
+ *  columnwise_amax (G,) each block's global amaxes (0 for an empty block). Rows past the blocks
+ *  are zero. CPU only.
+ *  \param[in]     input     fp32/bf16/fp16 (R, K), K a multiple of 16 (bf16 when with_rht).
+ *  \param[in]     m_splits  int32 (G,), each a multiple of 16, Σ ≤ R.
+ *  \param[in]     rng       [seed, offset] for stochastic rounding, else NULL.
+ *  \param[in,out] output    as above.
+ *  \param[in]     params    two_d, with_rht, stochastic_rounding.
+ *  \param[in]     stream    ignored (CPU).
+ */
+TweStatus twe_grouped_quantize_nvfp4(const TweTensorView* input, const TweTensorView* m_splits,
+                                     const TweTensorView* rng, TweQuantizedTensor* output,
+                                     const TweQuantizeParams* params, void* stream);
+
 /*! \brief Delayed-scaling update (§3), functional: reads the state, writes the next state.
  *  \param[in]  amax_history      fp32 (L, N): row 0 is the live amax of each of N slots.
  *  \param[in]  scale             fp32 (N,).
