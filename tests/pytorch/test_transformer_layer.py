@@ -36,9 +36,20 @@ def _attention64(q, k, v, visible, scale):
     return torch.einsum("bhqk,bkhd->bqhd", p, v)
 
 
+def _rope64(t, freqs, positions):
+    """TE's rotary embedding (non-interleaved) in float64: t (B,S,H,D), freqs (S_f,1,1,d2) fp32
+    angles, positions (S,) the row of freqs each token uses."""
+    d2 = freqs.shape[-1]
+    angle = freqs.double()[positions.long(), 0, 0][None, :, None, :]
+    x, rest = t[..., :d2], t[..., d2:]
+    rotated = torch.cat([-x[..., d2 // 2:], x[..., :d2 // 2]], dim=-1)
+    return torch.cat([x * angle.cos() + rotated * angle.sin(), rest], dim=-1)
+
+
 def _mha64(x, p, *, heads, groups, d, visible, fmt, prefix, input_layernorm=True, normalization="LayerNorm",
-           eps=1e-5, zero_centered_gamma=False):
-    """Float64 MultiheadAttention on x in layout fmt; p: the module's named parameters (float64)."""
+           eps=1e-5, zero_centered_gamma=False, freqs=None, positions=None):
+    """Float64 MultiheadAttention on x in layout fmt; p: the module's named parameters (float64);
+    freqs: rotary angles for Q and K, or a (q, k) pair."""
     if fmt == "sbhd":
         x = x.transpose(0, 1)
     if fmt == "thd":
@@ -51,8 +62,12 @@ def _mha64(x, p, *, heads, groups, d, visible, fmt, prefix, input_layernorm=True
         qkv = F.linear(x, p[prefix + "qkv.weight"], p.get(prefix + "qkv.bias"))
     q, k, v = qkv.split([heads * d, groups * d, groups * d], dim=-1)
     b, s = x.shape[:2]
-    ctx = _attention64(q.reshape(b, s, heads, d), k.reshape(b, s, groups, d), v.reshape(b, s, groups, d),
-                       visible, d ** -0.5)
+    q, k, v = q.reshape(b, s, heads, d), k.reshape(b, s, groups, d), v.reshape(b, s, groups, d)
+    if freqs is not None:
+        q_freqs, k_freqs = freqs if isinstance(freqs, tuple) else (freqs, freqs)
+        positions = torch.arange(s) if positions is None else positions
+        q, k = _rope64(q, q_freqs, positions), _rope64(k, k_freqs, positions)
+    ctx = _attention64(q, k, v, visible, d ** -0.5)
     out = F.linear(ctx.reshape(b, s, heads * d), p[prefix + "proj.weight"], p.get(prefix + "proj.bias"))
     if fmt == "sbhd":
         out = out.transpose(0, 1)
@@ -141,6 +156,43 @@ def test_multihead_attention_thd_packed_sequences():
     _check_grads(mha, p64, x, x64, out, ref)
 
 
+@pytest.mark.parametrize("fmt", ["bshd", "sbhd", "thd"])
+def test_multihead_attention_rotary_matches_float64(fmt):
+    """rotary_pos_emb (TE's freqs (S_f,1,1,d2), here partial: d2 = d/2) rotates Q and K; a
+    (q_freqs, k_freqs) pair rotates each by its own angles; thd positions restart per sequence."""
+    heads, groups, d, b, s = 4, 2, 16, 2, 9
+    hidden = heads * d
+    mha = tep.MultiheadAttention(hidden, heads, num_gqa_groups=groups, attention_dropout=0.0, input_layernorm=True,
+                                 attn_mask_type="padding_causal" if fmt == "thd" else "causal", qkv_format=fmt)
+    _randomize(mha, 12)
+    rope = tep.RotaryPositionEmbedding(d, rotary_percent=0.5)
+    pair = (rope(16), rope(16, offset=3))
+    for freqs in (rope(12), pair):
+        p64 = _params64(mha)
+        kw, positions = {}, None
+        if fmt == "thd":
+            cu = [0, 5, 12, 13]
+            cu_t = torch.tensor(cu, dtype=torch.int32)
+            kw = {"cu_seqlens_q": cu_t, "cu_seqlens_kv": cu_t}
+            x = torch.randn(cu[-1], hidden, generator=torch.Generator().manual_seed(2))
+            visible = torch.from_numpy(visible_thd_ref("padding_causal", None, cu, cu, cu[-1], cu[-1]))
+            positions = torch.cat([torch.arange(cu[i + 1] - cu[i]) for i in range(len(cu) - 1)])
+        else:
+            x_bshd = torch.randn(b, s, hidden, generator=torch.Generator().manual_seed(2))
+            x = (x_bshd.transpose(0, 1) if fmt == "sbhd" else x_bshd).contiguous()
+            visible = torch.from_numpy(visible_ref("causal", None, s, s, batch=b))
+        x = x.requires_grad_()
+        x64 = x.detach().double().requires_grad_()
+        for t in mha.parameters():
+            t.grad = None
+        out = mha(x, rotary_pos_emb=freqs, **kw)
+        ref = _mha64(x64, p64, heads=heads, groups=groups, d=d, visible=visible, fmt=fmt, prefix="", freqs=freqs,
+                     positions=positions)
+        _check_grads(mha, p64, x, x64, out, ref)
+    plain = mha(x.detach(), **kw)
+    assert not torch.equal(plain, out.detach())
+
+
 def test_multihead_attention_return_layernorm_output():
     mha = tep.MultiheadAttention(16, 2, attention_dropout=0.0, input_layernorm=True, return_layernorm_output=True,
                                  normalization="RMSNorm", qkv_format="bshd")
@@ -216,7 +268,8 @@ def _act64(name, x):
     if name in _ACT64:
         return _ACT64[name](x)
     a, b = x.chunk(2, dim=-1)
-    return _ACT64[{"geglu": "gelu", "reglu": "relu", "sreglu": "srelu", "qgeglu": "qgelu", "swiglu": "silu"}[name]](a) * b
+    base = {"geglu": "gelu", "reglu": "relu", "sreglu": "srelu", "qgeglu": "qgelu", "swiglu": "silu"}[name]
+    return _ACT64[base](a) * b
 
 
 def _dropout64(x, p, seed, offset):
@@ -229,9 +282,9 @@ def _dropout64(x, p, seed, offset):
 
 
 def _layer64(x, p, *, heads, groups, d, visible, fmt, normalization, activation, eps=1e-5, zero_centered_gamma=False,
-             hidden_dropout=0.0, seed=0, offset=0):
+             hidden_dropout=0.0, seed=0, offset=0, freqs=None):
     attn = _mha64(x, p, heads=heads, groups=groups, d=d, visible=visible, fmt=fmt, prefix="self_attention.",
-                  normalization=normalization, eps=eps, zero_centered_gamma=zero_centered_gamma)
+                  normalization=normalization, eps=eps, zero_centered_gamma=zero_centered_gamma, freqs=freqs)
     x = x + _dropout64(attn, hidden_dropout, seed, offset)
     h = _norm64(x, p["layernorm_mlp.layer_norm_weight"], p.get("layernorm_mlp.layer_norm_bias"), normalization, eps,
                 zero_centered_gamma)
@@ -267,6 +320,22 @@ def test_transformer_layer_matches_float64(case):
     visible = torch.from_numpy(visible_ref(mask_type, None, s, s, lens, lens, batch=b))
     ref = _layer64(x64, p64, heads=heads, groups=groups, d=d, visible=visible, fmt=fmt, normalization=normalization,
                    activation=activation, eps=1e-3, zero_centered_gamma=zcg)
+    _check_grads(layer, p64, x, x64, out, ref, atol=2e-4, rtol=2e-4)
+
+
+def test_transformer_layer_rotary_matches_float64():
+    heads, groups, d, b, s, ffn = 2, 1, 16, 2, 7, 32
+    layer = tep.TransformerLayer(heads * d, ffn, heads, num_gqa_groups=groups, hidden_dropout=0.0,
+                                 attention_dropout=0.0, activation="swiglu", normalization="RMSNorm")
+    _randomize(layer, 13)
+    p64 = _params64(layer)
+    freqs = tep.RotaryPositionEmbedding(d)(s)
+    x = torch.randn(s, b, heads * d, generator=torch.Generator().manual_seed(14)).requires_grad_()
+    x64 = x.detach().double().requires_grad_()
+    out = layer(x, rotary_pos_emb=freqs)
+    visible = torch.from_numpy(visible_ref("causal", None, s, s, batch=b))
+    ref = _layer64(x64, p64, heads=heads, groups=groups, d=d, visible=visible, fmt="sbhd", normalization="RMSNorm",
+                   activation="swiglu", freqs=freqs)
     _check_grads(layer, p64, x, x64, out, ref, atol=2e-4, rtol=2e-4)
 
 
@@ -394,16 +463,17 @@ def test_transformer_layer_recipes_compiled_equals_eager(recipe_name):
 
 
 def test_transformer_layer_compile_dynamic_sequence_no_recompile():
-    """torch.compile(fullgraph=True) (inductor) of forward + backward, the sequence dimension
-    dynamic: new lengths reuse the graph and equal eager bytes."""
+    """torch.compile(fullgraph=True) (inductor) of forward + backward with rotary embeddings, the
+    sequence dimension dynamic: new lengths reuse the graph and equal eager bytes."""
     layer = tep.TransformerLayer(32, 48, 4, num_gqa_groups=2, hidden_dropout=0.0, attention_dropout=0.0,
                                  attn_input_format="bshd")
     _randomize(layer, 9)
 
     compiled = torch.compile(layer, fullgraph=True)
+    freqs = tep.RotaryPositionEmbedding(8)(80)
 
     def step(fn, x, dy):
-        y = fn(x)
+        y = fn(x, rotary_pos_emb=freqs)
         return (y, *torch.autograd.grad(y, (x, *layer.parameters()), dy))
 
     for i, s in enumerate((5, 70, 33)):

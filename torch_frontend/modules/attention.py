@@ -11,6 +11,7 @@ import torch
 from ...fusion.blocks import attention_heads, check_attention_block, normalization_kind
 from ...recipe import uses_fp8_attention
 from .._ops.attention import attention_bwd, attention_fwd
+from .._ops.rope import apply_rotary_pos_emb
 from .._state import draw_rng_checkpointable
 from ..autocast import current_recipe
 from .linear import Linear
@@ -104,7 +105,8 @@ class DotProductAttention(torch.nn.Module):
 class MultiheadAttention(torch.nn.Module):
     """TE's ``te.MultiheadAttention`` (self-attention): fused QKV projection, scaled dot-product
     attention, output projection — one implementation built from ``LayerNormLinear`` (with
-    ``input_layernorm``) or ``Linear``, ``DotProductAttention`` and ``Linear``.
+    ``input_layernorm``) or ``Linear``, ``apply_rotary_pos_emb`` of Q and K (with
+    ``rotary_pos_emb``), ``DotProductAttention`` and ``Linear``.
 
     Shapes: hidden_states (S, B, hidden_size) for ``qkv_format="sbhd"`` (TE's default),
         (B, S, hidden_size) for "bshd", (T, hidden_size) packed sequences for "thd" (with
@@ -170,10 +172,14 @@ class MultiheadAttention(torch.nn.Module):
                            device=device, amax_history_len=amax_history_len, rng_seed=seed + 1)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask=None, attn_mask_type: str | None = None,
-                window_size=None, cu_seqlens_q: torch.Tensor | None = None,
+                window_size=None, rotary_pos_emb=None, cu_seqlens_q: torch.Tensor | None = None,
                 cu_seqlens_kv: torch.Tensor | None = None, max_seqlen_q: int | None = None,
                 max_seqlen_kv: int | None = None):
-        """``attention_mask`` / ``attn_mask_type`` / ``window_size`` / ``cu_seqlens_*`` as
+        """``rotary_pos_emb`` (TE's argument): fp32 angles (S_f, 1, 1, d2) from
+        ``RotaryPositionEmbedding`` applied to Q and K, or a (q_freqs, k_freqs) pair; each is
+        ``apply_rotary_pos_emb(·, freqs, tensor_format=qkv_format)`` on the projected heads
+        (thd: positions restart at each ``cu_seqlens_q`` / ``cu_seqlens_kv`` offset).
+        ``attention_mask`` / ``attn_mask_type`` / ``window_size`` / ``cu_seqlens_*`` as
         ``DotProductAttention.forward`` (per-call overrides of the constructor's values)."""
         if self.input_layernorm:
             mixed = self.layernorm_qkv(hidden_states)
@@ -185,6 +191,13 @@ class MultiheadAttention(torch.nn.Module):
         lead = mixed.shape[:-1]
         q, k, v = mixed.split([h * d, g * d, g * d], dim=-1)
         q, k, v = q.reshape(*lead, h, d), k.reshape(*lead, g, d), v.reshape(*lead, g, d)
+        if rotary_pos_emb is not None:
+            q_freqs, k_freqs = rotary_pos_emb if isinstance(rotary_pos_emb, (tuple, list)) else (rotary_pos_emb,) * 2
+            thd = self.qkv_format == "thd"
+            q = apply_rotary_pos_emb(q, q_freqs, tensor_format=self.qkv_format,
+                                     cu_seqlens=cu_seqlens_q if thd else None)
+            k = apply_rotary_pos_emb(k, k_freqs, tensor_format=self.qkv_format,
+                                     cu_seqlens=cu_seqlens_kv if thd else None)
         context = self.core_attention(q, k, v, attention_mask=attention_mask, attn_mask_type=attn_mask_type,
                                       window_size=window_size, cu_seqlens_q=cu_seqlens_q,
                                       cu_seqlens_kv=cu_seqlens_kv, max_seqlen_q=max_seqlen_q,

@@ -71,13 +71,14 @@ class TransformerLayer(torch.nn.Module):
         return run_ops([self.hidden_dropout_op, self.residual_add_op], [(), ()], branch, [residual])
 
     def forward(self, hidden_states: torch.Tensor, attention_mask=None, self_attn_mask_type: str | None = None,
-                window_size=None, cu_seqlens_q: torch.Tensor | None = None,
+                window_size=None, rotary_pos_emb=None, cu_seqlens_q: torch.Tensor | None = None,
                 cu_seqlens_kv: torch.Tensor | None = None, max_seqlen_q: int | None = None,
                 max_seqlen_kv: int | None = None) -> torch.Tensor:
-        """``attention_mask`` / ``self_attn_mask_type`` / ``window_size`` / ``cu_seqlens_*`` as
-        ``MultiheadAttention.forward`` (per-call overrides of the constructor's values)."""
+        """``attention_mask`` / ``self_attn_mask_type`` / ``window_size`` / ``rotary_pos_emb`` /
+        ``cu_seqlens_*`` as ``MultiheadAttention.forward`` (per-call overrides of the constructor's values)."""
         attn = self.self_attention(hidden_states, attention_mask=attention_mask, attn_mask_type=self_attn_mask_type,
-                                   window_size=window_size, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                                   window_size=window_size, rotary_pos_emb=rotary_pos_emb, cu_seqlens_q=cu_seqlens_q,
+                                   cu_seqlens_kv=cu_seqlens_kv,
                                    max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv)
         x = self._residual(attn, hidden_states)
         return self._residual(self.layernorm_mlp(x), x)
