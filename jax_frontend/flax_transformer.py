@@ -15,7 +15,10 @@ nested ``"params"`` collection and both frameworks give the same bytes.
 Dropout (``deterministic=False``): the attention probabilities (``attention_dropout``) and each
 hidden output before its residual add (``hidden_dropout``) draw [seed, offset] from the
 ``"dropout"`` RNG stream, or take them from ``dropout_rngs=`` ({"attention": .., "attention_hidden": ..,
-"mlp_hidden": ..}, each an integer (2,) array). DelayedScaling state lives in the ``"fp8_meta"``
+"mlp_hidden": ..}, each an integer (2,) array). The torch TransformerLayer's streams map onto them:
+"attention" = ``self_attention.core_attention.rng_state`` [seed, m], "attention_hidden" /
+"mlp_hidden" = [seed, n] / [seed, n + 1] of ``hidden_dropout_op.rng_state`` [seed, n] (the state
+before the torch forward) — the same bytes. DelayedScaling state lives in the ``"fp8_meta"``
 collection of each Linear, as in the Flax blocks.
 """
 
@@ -27,15 +30,16 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from ..fusion.blocks import attention_heads, check_attention_block, normalization_kind
+from ..fusion.ops import check_dropout_p
 from ..linear import linear_quantizers
-from ..ops.opdef import fail
 from ..recipe import DelayedScaling, Recipe
 from ..te_migration import as_recipe
 from ._ops.dense import delayed_scaling_state, dense
 from .attention import DotProductAttention
 from .autocast import current_recipe
 from .flax_blocks import FP8_META, LayerNormDenseGeneral, LayerNormMLP, _lecun
-from .ops import Dropout, run_ops
+from .ops import AddExtraInput, Dropout, run_ops
 from .rope import apply_rotary_pos_emb
 
 
@@ -67,28 +71,18 @@ class _Linear(nn.Module):
         return dense(x, weight.T, bias, recipe=recipe, rng=rng)
 
 
-def _check_heads(op: str, num_attention_heads: int, num_gqa_groups: int | None) -> int:
-    groups = num_attention_heads if num_gqa_groups is None else num_gqa_groups
-    if (isinstance(num_attention_heads, bool) or not isinstance(num_attention_heads, int) or num_attention_heads < 1
-            or isinstance(groups, bool) or not isinstance(groups, int) or groups < 1):
-        fail(op, ValueError, f"num_attention_heads and num_gqa_groups must be positive ints, got "
-             f"{num_attention_heads!r} and {num_gqa_groups!r}")
-    if num_attention_heads % groups != 0:
-        fail(op, ValueError, f"num_attention_heads ({num_attention_heads}) must be divisible by num_gqa_groups "
-             f"({groups})")
-    return groups
-
-
 def _rng(module: nn.Module, rngs, name: str):
     if rngs is not None and rngs.get(name) is not None:
         return jnp.asarray(rngs[name])
     return jax.random.bits(module.make_rng("dropout"), (2,), jnp.uint32)
 
 
-def hidden_dropout(x, p: float, rng):
-    """Dropout of a hidden output (NUMERICS.md §11, the Philox stream of the Dropout basic op) —
-    the bytes of twinengine.pytorch.ops.Dropout for the same [seed, offset]."""
-    return run_ops([Dropout(p)], [()], x, rngs=[rng], recipe=None)
+def residual_dropout_add(branch, residual, p: float, rng, training: bool):
+    """fl(dropout(branch) + residual): the Dropout and AddExtraInput basic ops (NUMERICS.md §11), as
+    twinengine.pytorch.TransformerLayer runs them — the same bytes for the same [seed, offset]."""
+    active = training and p > 0
+    return run_ops([Dropout(p), AddExtraInput()], [(), ()], branch, [residual], rngs=[rng if active else None, None],
+                   training=active)
 
 
 class MultiHeadAttention(nn.Module):
@@ -96,15 +90,16 @@ class MultiHeadAttention(nn.Module):
     → output projection — twinengine.pytorch.MultiheadAttention's twin (same bytes).
 
     Shapes: x (s, b, hidden) for qkv_format "sbhd", (b, s, hidden) for "bshd", (T, hidden) for "thd"
-        (with cu_seqlens); returns x's shape. head_dim = kv_channels (default hidden // heads).
+        (with cu_seqlens_q / kv); returns x's shape. head_dim = kv_channels (default hidden // heads).
     Params: ``layernorm_qkv.{layer_norm_weight, layer_norm_bias, weight, bias}`` with
         input_layernorm, else ``qkv.{weight, bias}``; ``proj.{weight, bias}``. QKV weight rows
         [Q (heads · head_dim); K (groups · head_dim); V (groups · head_dim)].
     Call: ``rotary_pos_emb`` = freqs (s, 1, 1, d2) for Q and K, or a (q_freqs, k_freqs) pair;
-        ``seqlens_q/kv`` (padding masks), ``cu_seqlens`` (thd), ``deterministic``, ``dropout_rngs``.
+        ``seqlens_q/kv`` (padding masks), ``cu_seqlens_q/kv`` (thd; kv defaults to q), ``deterministic``, ``dropout_rngs``.
     Raises:
-        ValueError: heads not divisible by groups, hidden not divisible by heads without
-            kv_channels, plus the errors of the ops it calls (shared core checks).
+        ValueError: the torch module's core checks with the same text (core/fusion/blocks.py, op name
+            "MultiheadAttention"): head counts, GQA groups, kv_channels, layout, mask type / window,
+            normalization; plus the errors of the ops it calls.
     """
 
     hidden_size: int
@@ -124,21 +119,18 @@ class MultiHeadAttention(nn.Module):
     recipe: Recipe | None = None
     param_dtype: Any = jnp.float32
 
-    def head_dim(self) -> int:
-        if self.kv_channels is not None:
-            return self.kv_channels
-        if self.hidden_size % self.num_attention_heads != 0:
-            fail("MultiHeadAttention", ValueError, f"hidden_size ({self.hidden_size}) must be divisible by "
-                 f"num_attention_heads ({self.num_attention_heads}) unless kv_channels is given")
-        return self.hidden_size // self.num_attention_heads
-
     @nn.compact
-    def __call__(self, x, *, rotary_pos_emb=None, seqlens_q=None, seqlens_kv=None, cu_seqlens=None,
-                 deterministic: bool = True, dropout_rngs=None):
+    def __call__(self, x, *, rotary_pos_emb=None, seqlens_q=None, seqlens_kv=None, cu_seqlens_q=None,
+                 cu_seqlens_kv=None, deterministic: bool = True, dropout_rngs=None):
+        op = "MultiheadAttention"  # the torch module's name: the error texts are shared
+        check_attention_block(op, True, self.qkv_format, self.attn_mask_type, self.window_size, self.input_layernorm,
+                              False)
+        d, groups, width = attention_heads(op, self.hidden_size, self.num_attention_heads, self.kv_channels,
+                                           self.num_gqa_groups)
+        normalization_kind(self.normalization)
         heads = self.num_attention_heads
-        groups = _check_heads("MultiHeadAttention", heads, self.num_gqa_groups)
-        d = self.head_dim()
-        width = (heads + 2 * groups) * d
+        if cu_seqlens_kv is None:
+            cu_seqlens_kv = cu_seqlens_q
         if self.input_layernorm:
             qkv = LayerNormDenseGeneral(features=width, use_bias=self.use_bias, epsilon=self.layernorm_epsilon,
                                         normalization=self.normalization, zero_centered_gamma=self.zero_centered_gamma,
@@ -151,14 +143,14 @@ class MultiHeadAttention(nn.Module):
         v = qkv[..., (heads + groups) * d:].reshape(lead + (groups, d))
         if rotary_pos_emb is not None:
             q_freqs, k_freqs = rotary_pos_emb if isinstance(rotary_pos_emb, (tuple, list)) else (rotary_pos_emb,) * 2
-            q = apply_rotary_pos_emb(q, q_freqs, self.qkv_format, cu_seqlens=cu_seqlens)
-            k = apply_rotary_pos_emb(k, k_freqs, self.qkv_format, cu_seqlens=cu_seqlens)
+            q = apply_rotary_pos_emb(q, q_freqs, self.qkv_format, cu_seqlens=cu_seqlens_q)
+            k = apply_rotary_pos_emb(k, k_freqs, self.qkv_format, cu_seqlens=cu_seqlens_kv)
         use_dropout = not deterministic and self.attention_dropout > 0
         ctx = DotProductAttention(head_dim=d, num_attention_heads=heads, num_gqa_groups=groups,
                                   attention_dropout=self.attention_dropout, attn_mask_type=self.attn_mask_type,
                                   qkv_layout=self.qkv_format, window_size=self.window_size,
                                   scale_factor=self.softmax_scale, name="core_attention")(
-            q, k, v, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv, cu_seqlens_q=cu_seqlens, cu_seqlens_kv=cu_seqlens,
+            q, k, v, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
             deterministic=deterministic, rng=_rng(self, dropout_rngs, "attention") if use_dropout else None)
         ctx = ctx.reshape(lead + (heads * d,))
         return _Linear(self.hidden_size, self.use_bias, self.recipe, self.param_dtype, name="proj")(ctx)
@@ -169,11 +161,11 @@ class TransformerLayer(nn.Module):
     dropout(LayerNormMLP(x1)) — twinengine.pytorch.TransformerLayer's twin (same bytes).
 
     Shapes: x (s, b, hidden) for attn_input_format "sbhd", (b, s, hidden) "bshd", (T, hidden)
-        "thd" (with cu_seqlens); returns x's shape.
+        "thd" (with cu_seqlens_q / cu_seqlens_kv and a padding mask type); returns x's shape.
     Params: ``self_attention.layernorm_qkv.*``, ``self_attention.proj.*``, ``layernorm_mlp.*``
         (module docstring). ``activation`` is any name of twinengine.ops.activation.ACTIVATIONS
         (gated ones double fc1's width).
-    Call: ``rotary_pos_emb``, ``seqlens_q/kv``, ``cu_seqlens``, ``deterministic`` (False: dropout),
+    Call: ``rotary_pos_emb``, ``seqlens_q/kv``, ``cu_seqlens_q/kv``, ``deterministic`` (False: dropout),
         ``dropout_rngs`` (explicit [seed, offset] per dropout site, else the "dropout" stream).
     """
 
@@ -198,8 +190,9 @@ class TransformerLayer(nn.Module):
     param_dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x, *, rotary_pos_emb=None, seqlens_q=None, seqlens_kv=None, cu_seqlens=None,
-                 deterministic: bool = True, dropout_rngs=None):
+    def __call__(self, x, *, rotary_pos_emb=None, seqlens_q=None, seqlens_kv=None, cu_seqlens_q=None,
+                 cu_seqlens_kv=None, deterministic: bool = True, dropout_rngs=None):
+        p = check_dropout_p(self.hidden_dropout)
         attn = MultiHeadAttention(
             hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
             num_gqa_groups=self.num_gqa_groups, kv_channels=self.kv_channels,
@@ -208,19 +201,17 @@ class TransformerLayer(nn.Module):
             normalization=self.normalization, layernorm_epsilon=self.layernorm_epsilon,
             zero_centered_gamma=self.zero_centered_gamma, use_bias=self.use_bias, softmax_scale=self.softmax_scale,
             recipe=self.recipe, param_dtype=self.param_dtype, name="self_attention")(
-            x, rotary_pos_emb=rotary_pos_emb, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv, cu_seqlens=cu_seqlens,
-            deterministic=deterministic, dropout_rngs=dropout_rngs)
-        drop = not deterministic and self.hidden_dropout > 0
-        if drop:
-            attn = hidden_dropout(attn, self.hidden_dropout, _rng(self, dropout_rngs, "attention_hidden"))
-        x1 = x + attn
+            x, rotary_pos_emb=rotary_pos_emb, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_kv=cu_seqlens_kv, deterministic=deterministic, dropout_rngs=dropout_rngs)
+        training = not deterministic and p > 0
+        x1 = residual_dropout_add(attn, x, p, _rng(self, dropout_rngs, "attention_hidden") if training else None,
+                                  training)
         mlp = LayerNormMLP(intermediate_dim=self.ffn_hidden_size, use_bias=self.use_bias, activation=self.activation,
                            activation_params=self.activation_params, epsilon=self.layernorm_epsilon,
                            normalization=self.normalization, zero_centered_gamma=self.zero_centered_gamma,
                            recipe=self.recipe, param_dtype=self.param_dtype, name="layernorm_mlp")(x1)
-        if drop:
-            mlp = hidden_dropout(mlp, self.hidden_dropout, _rng(self, dropout_rngs, "mlp_hidden"))
-        return x1 + mlp
+        return residual_dropout_add(mlp, x1, p, _rng(self, dropout_rngs, "mlp_hidden") if training else None,
+                                    training)
 
 
 def _apply(module: nn.Module, x, params, fp8_meta, call_kw):
@@ -233,22 +224,26 @@ def _apply(module: nn.Module, x, params, fp8_meta, call_kw):
 
 
 def multi_head_attention(x, params, *, fp8_meta=None, rotary_pos_emb=None, seqlens_q=None, seqlens_kv=None,
-                         cu_seqlens=None, deterministic: bool = True, dropout_rngs=None, **config):
+                         cu_seqlens_q=None, cu_seqlens_kv=None, deterministic: bool = True, dropout_rngs=None,
+                         **config):
     """``MultiHeadAttention(**config)`` applied to the parameter tree `params` (the nested dict
     ``params_from_torch`` gives): returns out, or (out, new_fp8_meta) when the DelayedScaling
     ``fp8_meta`` collection is given. Dropout (``deterministic=False``) takes its [seed, offset]
     arrays from ``dropout_rngs`` ({"attention": ...})."""
-    call_kw = dict(rotary_pos_emb=rotary_pos_emb, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv, cu_seqlens=cu_seqlens,
-                   deterministic=deterministic, dropout_rngs=dropout_rngs)
+    call_kw = dict(rotary_pos_emb=rotary_pos_emb, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
+                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, deterministic=deterministic,
+                   dropout_rngs=dropout_rngs)
     return _apply(MultiHeadAttention(**config), x, params, fp8_meta, call_kw)
 
 
 def transformer_layer(x, params, *, fp8_meta=None, rotary_pos_emb=None, seqlens_q=None, seqlens_kv=None,
-                      cu_seqlens=None, deterministic: bool = True, dropout_rngs=None, **config):
+                      cu_seqlens_q=None, cu_seqlens_kv=None, deterministic: bool = True, dropout_rngs=None,
+                      **config):
     """``TransformerLayer(**config)`` applied to the parameter tree `params`: returns out, or
     (out, new_fp8_meta) when the DelayedScaling ``fp8_meta`` collection is given. Dropout
     (``deterministic=False``) takes its [seed, offset] arrays from ``dropout_rngs`` ({"attention": ...,
     "attention_hidden": ..., "mlp_hidden": ...})."""
-    call_kw = dict(rotary_pos_emb=rotary_pos_emb, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv, cu_seqlens=cu_seqlens,
-                   deterministic=deterministic, dropout_rngs=dropout_rngs)
+    call_kw = dict(rotary_pos_emb=rotary_pos_emb, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv,
+                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, deterministic=deterministic,
+                   dropout_rngs=dropout_rngs)
     return _apply(TransformerLayer(**config), x, params, fp8_meta, call_kw)

@@ -176,7 +176,7 @@ def test_thd_with_cu_seqlens_equals_separate_sequences():
     cu = jnp.asarray([0, 4, 11], jnp.int32)
     params = _init(bshd, x[None, :4])
     freqs = tej.RotaryPositionEmbedding(8)(8)
-    packed = thd.apply({"params": params}, x, rotary_pos_emb=freqs, cu_seqlens=cu)
+    packed = thd.apply({"params": params}, x, rotary_pos_emb=freqs, cu_seqlens_q=cu)
     for a, b in ((0, 4), (4, 11)):
         alone = bshd.apply({"params": params}, x[None, a:b], rotary_pos_emb=freqs)[0]
         np.testing.assert_allclose(np.asarray(packed[a:b]), np.asarray(alone), rtol=0, atol=2e-6)
@@ -214,6 +214,6 @@ def test_multi_head_attention_without_input_layernorm_uses_qkv():
 
 def test_bad_head_counts():
     module = TransformerLayer(hidden_size=HIDDEN, ffn_hidden_size=FFN, num_attention_heads=HEADS, num_gqa_groups=3)
-    with pytest.raises(ValueError, match=r"twinengine.MultiHeadAttention: num_attention_heads \(4\) must be divisible "
+    with pytest.raises(ValueError, match=r"twinengine.MultiheadAttention: num_attention_heads \(4\) must be divisible "
                                          r"by num_gqa_groups \(3\)"):
         module.init(jax.random.PRNGKey(0), _x((4, 1, HIDDEN)))
