@@ -87,6 +87,24 @@ def draw_rng(module: torch.nn.Module, name: str = "rng_state") -> torch.Tensor:
     return rng_advance(state)
 
 
+def advance_rng(module: torch.nn.Module, count: int = 1, name: str = "rng_state") -> torch.Tensor:
+    """Returns the module's current [seed, offset] (int64 (2,)) and advances the offset by
+    ``count`` — in plain aten ops, so ``torch.func`` transforms the caller (a mutating custom op
+    would not); inside a compiled checkpoint region the buffer is rebound instead.
+
+    The value returned is computed from the advanced state (advanced − step), not a clone of
+    the buffer: inductor may elide a plain clone and read the buffer after its update."""
+    state = getattr(module, name)
+    step = torch.tensor([0, count], dtype=state.dtype, device=state.device)
+    if in_compiled_checkpoint():
+        setattr(module, name, state + step)
+        return state
+    advanced = state + step
+    with torch.no_grad():
+        state.copy_(advanced)
+    return advanced - step
+
+
 def may_be_recomputed() -> bool:
     """Eager only: whether the running forward is one activation checkpointing may recompute
     (grad disabled: reentrant checkpoint's first pass; saved-tensor hooks active: the

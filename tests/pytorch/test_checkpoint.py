@@ -251,3 +251,33 @@ def test_checkpoint_attention_dropout_compiled_with_side_effect_flag():
     plain = _attention_run("plain")
     with torch._dynamo.config.patch(skip_fwd_side_effects_in_bwd_under_checkpoint=True):
         _assert_same(_attention_run("non_reentrant", compiled=True), plain, "attention dropout compiled + flag")
+
+
+# ---- GroupedLinear ----------------------------------------------------------------------------
+
+class GroupedModel(torch.nn.Module):
+    def __init__(self, dtype):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = tep.GroupedLinear(3, 128, 128, params_dtype=dtype, amax_history_len=3)
+        self.b = tep.Linear(128, 128, params_dtype=dtype, amax_history_len=3, rng_seed=9)
+        self.register_buffer("m_splits", torch.tensor([64, 0, 64]), persistent=False)
+
+    def block(self, x):
+        return self.b(torch.relu(self.a(x.reshape(-1, 128), self.m_splits))).reshape(x.shape)
+
+
+@pytest.mark.parametrize("mode", ["reentrant", "non_reentrant"])
+@pytest.mark.parametrize("name", ["delayed", "mxfp8", "fp8_current", "high_precision"])
+def test_checkpoint_grouped_linear_eager_same_bytes_as_plain(name, mode):
+    for autocast_inside in (True, False):
+        plain = _run(name, "plain", autocast_inside, model_cls=GroupedModel)
+        _assert_same(_run(name, mode, autocast_inside, model_cls=GroupedModel), plain, f"GroupedLinear {name} {mode}")
+
+
+def test_checkpoint_grouped_linear_compiled_fullgraph_delayed_with_side_effect_flag():
+    torch._dynamo.reset()
+    plain = _run("delayed", "plain", False, model_cls=GroupedModel)
+    with torch._dynamo.config.patch(skip_fwd_side_effects_in_bwd_under_checkpoint=True):
+        compiled = _run("delayed", "non_reentrant", False, _FULLGRAPH_STEP, model_cls=GroupedModel)
+    _assert_same(compiled, plain, "GroupedLinear delayed compiled fullgraph + flag")

@@ -305,7 +305,8 @@ def prepare_m_splits(op: str, m_splits: Tensor | Sequence[int], num_gemms: int, 
 def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequence[int],
                    biases: Sequence[Tensor] | None = None, *,
                    delayed_state: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
-                   weight_cache: Sequence[Tensor] | None = None, rng: Tensor | None = None) -> Tensor:
+                   weight_cache: Sequence[Tensor] | None = None, rng: Tensor | None = None,
+                   fwd_state_writer=None) -> Tensor:
     """y[rows_g] = x[rows_g] · weights[g]ᵀ (+ biases[g]) for the G consecutive row blocks of
     ``m_splits`` (TE's GroupedLinear), one grouped kernel per GEMM phase.
 
@@ -324,6 +325,9 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
         records weight amax 0, as tep.Linear with a cached weight; not for NVFP4). rng (recipes
         whose gradient rounds stochastically: NVFP4BlockScaling): int (2,) [seed, offset];
         expert g rounds its gradient with [seed, offset + g], the rng of its own tep.Linear call.
+        fwd_state_writer: called as ``fwd_state_writer(new_history, new_scale)`` instead of
+        copying the updated forward slots into delayed_state's tensors (``_state.state_writer``:
+        a module's buffers, rebound inside a compiled checkpoint region).
     Dtypes: fp32 / bf16 / fp16; y has x's dtype, gradients their input's dtype.
     Numerics: each group's rows give exactly the bytes of ``twinengine.pytorch.linear`` on
         those rows with that group's weight (output, dx, dweight, dbias); empty groups give
@@ -371,8 +375,11 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
     if qs.delayed:
         new_history, new_scale = update_delayed_scaling(record_amax(fwd_history, amax), fwd_scale, qs.fwd_fp8_dtype,
                                                         margin=qs.margin, amax_compute_algo=qs.amax_compute_algo)
-        fwd_history.copy_(new_history)
-        fwd_scale.copy_(new_scale)
+        if fwd_state_writer is not None:
+            fwd_state_writer(new_history, new_scale)
+        else:
+            fwd_history.copy_(new_history)
+            fwd_scale.copy_(new_scale)
     return y.reshape(*x.shape[:-1], weight.shape[1])
 
 

@@ -11,7 +11,8 @@ from ...ops.gemm import check_m_splits
 from ...ops.quantize import ArrayMeta
 from ...ops.gemm import check_grouped_rng, grouped_quantizers
 from .._ops.grouped_linear import grouped_linear, grouped_weight_copies
-from ..autocast import current_recipe
+from .._state import advance_rng, is_recompute, may_be_recomputed, record_call, replayed_call, state_writer
+from ..autocast import current_recipe, replay_region
 
 
 class GroupedLinear(torch.nn.Module):
@@ -27,9 +28,10 @@ class GroupedLinear(torch.nn.Module):
         (2G,); ``bwd_amax_history`` (L, G); ``bwd_scale`` (G,)), L = ``amax_history_len`` (must
         equal the recipe's); expert g's slots evolve exactly as a ``twinengine.pytorch.Linear``'s
         state on its rows. Other recipes leave them. They are non-persistent (not in the
-        state dict, which keeps TE's GroupedLinear keys, so TE checkpoints load unchanged). Unlike
-        ``Linear``, the layer does not replay its DelayedScaling call under activation
-        checkpointing (a recomputed forward updates the forward slots a second time).
+        state dict, which keeps TE's GroupedLinear keys, so TE checkpoints load unchanged).
+    Checkpointing: as ``Linear`` — under ``torch.utils.checkpoint`` (either mode, eager or
+        compiled; see ``_state.py``) the recomputed forward replays the original call (recipe,
+        scales, rng, cached weights) and updates no buffer.
     RNG: ``rng_state`` int64 (2,) buffer [seed, offset] (seed ``rng_seed``, offset 0,
         non-persistent): under a recipe whose gradient rounds stochastically (NVFP4) each call
         uses [seed, offset] and advances the offset by ``num_gemms``; expert g rounds with
@@ -110,15 +112,22 @@ class GroupedLinear(torch.nn.Module):
             check_m_splits(ArrayMeta(tuple(m_splits.shape), "int32"), self.num_gemms)
         elif len(m_splits) != self.num_gemms:
             check_m_splits(ArrayMeta((len(m_splits),), "int32"), self.num_gemms)
-        state = (self.fwd_amax_history, self.fwd_scale, self.bwd_amax_history, self.bwd_scale)
+        inputs = (x, m_splits) if isinstance(m_splits, torch.Tensor) else (x,)
         recipe = current_recipe()
+        if not torch.compiler.is_compiling():
+            if is_recompute():  # a checkpoint recompute: replay the recorded call, update nothing
+                recipe, fwd_scale, rng, cache = replayed_call(self, inputs)
+                state = (self.fwd_amax_history.detach().clone(), fwd_scale.clone(), self.bwd_amax_history,
+                         self.bwd_scale)
+                with replay_region(recipe):
+                    return grouped_linear(x, self.weights(), m_splits, self.biases(), delayed_state=state,
+                                          weight_cache=cache, rng=rng)
+        cache = self._weight_cache(is_first_microbatch)
         rng = None
         if recipe is not None and grouped_quantizers(recipe).needs_rng:
-            # Advance first and use a value computed from the advanced state (as Linear does):
-            # a plain clone of the buffer may be read after the update under inductor.
-            step = torch.tensor([0, self.num_gemms], dtype=torch.int64, device=self.rng_state.device)
-            advanced = self.rng_state + step
-            self.rng_state.copy_(advanced)
-            rng = advanced - step
-        return grouped_linear(x, self.weights(), m_splits, self.biases(), delayed_state=state,
-                              weight_cache=self._weight_cache(is_first_microbatch), rng=rng)
+            rng = advance_rng(self, self.num_gemms)  # expert g rounds with [seed, offset + g]
+        if not torch.compiler.is_compiling() and may_be_recomputed():
+            record_call(self, inputs, (recipe, self.fwd_scale.detach().clone(), rng, cache))
+        state = (self.fwd_amax_history, self.fwd_scale, self.bwd_amax_history, self.bwd_scale)
+        return grouped_linear(x, self.weights(), m_splits, self.biases(), delayed_state=state, weight_cache=cache,
+                              rng=rng, fwd_state_writer=state_writer(self, "fwd_amax_history", "fwd_scale"))

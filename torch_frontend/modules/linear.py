@@ -12,7 +12,7 @@ from ...quantized_tensor import QuantizedTensor
 from ...recipe import DelayedScaling
 from .._library import dtype_name, surface_errors, tensor_fallback
 from .._ops.linear import linear
-from .._state import (draw_rng, in_compiled_checkpoint, is_recompute, may_be_recomputed, record_call, replayed_call,
+from .._state import (advance_rng, is_recompute, may_be_recomputed, record_call, replayed_call,
                       state_writer)
 from ..autocast import current_amax_group, current_recipe, replay_region
 from ..distributed import (add_bias, copy_to_group, gather_from_sequence, group_name, quantize_reduced,
@@ -150,20 +150,8 @@ class Linear(torch.nn.Module):
         if recipe is None or not linear_quantizers(recipe).needs_rng:
             return self._parallel_linear(x, delayed_state=state, weight_cache=cache, fwd_state_writer=writer)
         if rng is None:
-            rng = self._draw_rng()
+            rng = advance_rng(self)
         return self._parallel_linear(x, rng=rng, delayed_state=state, weight_cache=cache, fwd_state_writer=writer)
-
-    def _draw_rng(self) -> torch.Tensor:
-        """The [seed, offset] this call rounds with; advances ``rng_state`` by one."""
-        if in_compiled_checkpoint():
-            return draw_rng(self)
-        # Plain aten ops (torch.func transforms this forward; a mutating custom op would not):
-        # advance first and use a value computed from the advanced state — a plain clone of the
-        # buffer may be elided by inductor and then read after the buffer update.
-        step = torch.tensor([0, 1], dtype=torch.int64, device=self.rng_state.device)
-        advanced = self.rng_state + step
-        self.rng_state.copy_(advanced)
-        return advanced - step
 
     def _amax_group(self) -> str | None:
         """The group whole-tensor amaxes are reduced over: autocast's, else the tp_group."""
