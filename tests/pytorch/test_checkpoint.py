@@ -268,7 +268,7 @@ class GroupedModel(torch.nn.Module):
 
 
 @pytest.mark.parametrize("mode", ["reentrant", "non_reentrant"])
-@pytest.mark.parametrize("name", ["delayed", "mxfp8", "fp8_current", "high_precision"])
+@pytest.mark.parametrize("name", ["delayed", "mxfp8", "fp8_current", "nvfp4", "high_precision"])
 def test_checkpoint_grouped_linear_eager_same_bytes_as_plain(name, mode):
     for autocast_inside in (True, False):
         plain = _run(name, "plain", autocast_inside, model_cls=GroupedModel)
