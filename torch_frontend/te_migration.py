@@ -18,6 +18,13 @@ pre-hook on those modules):
   module's delayed-scaling buffers keep their values.
 - ``rng_state`` (twinengine's stochastic-rounding state; TE has none) keeps its value. Everything
   else in the extra state (the recipe, TE's fp8_meta flags) is ignored.
+- ``DotProductAttention`` (TE's ``core_attention``): its ``_extra_state`` entries (TE >= 1.11:
+  ``core_attention._extra_state``; earlier: ``core_attention.<backend>._extra_state``) hold TE's
+  FP8-attention scaling metadata, which twinengine's FP8 attention (current scaling of the
+  attention-internal tensors, docs/attention.md §9) has no counterpart for: they are dropped, and
+  the attention-dropout ``rng_state`` keeps its value. ``MultiheadAttention`` /
+  ``TransformerLayer`` state dicts load through these rules per submodule; a TE
+  ``TransformerLayer`` checkpoint keeps the layer's ``hidden_dropout_op.rng_state``.
 Not supported: TE checkpoints of FP8 parameters (``fp8_model_init``, TE tensor subclasses) and of
 ``parameters_split`` layers (split names); strict loading reports their keys.
 """
@@ -125,3 +132,32 @@ def load_te_checkpoint_hook(module: torch.nn.Module, state_dict: dict, prefix: s
         for name, full in target.items():
             if full not in state_dict:
                 state_dict[full] = getattr(owner, name).detach().clone()
+
+
+def _is_te_state(state_dict: dict, prefix: str) -> bool:
+    return any(key.startswith(prefix) and key.endswith("_extra_state") for key in state_dict)
+
+
+def _keep_buffers(module: torch.nn.Module, state_dict: dict, prefix: str, names: tuple[str, ...]) -> None:
+    for name in names:
+        if prefix + name not in state_dict:
+            state_dict[prefix + name] = module.get_buffer(name).detach().clone()
+
+
+def load_te_attention_hook(module: torch.nn.Module, state_dict: dict, prefix: str, local_metadata: Any,
+                           strict: bool, missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+    """load_state_dict pre-hook of DotProductAttention: drops TE's FP8-attention ``_extra_state``
+    entries (the module's and its backends'), keeps ``rng_state`` (module docstring)."""
+    keys = [key for key in state_dict if key.startswith(prefix) and key.endswith("_extra_state")]
+    for key in keys:
+        state_dict.pop(key)
+    if keys:
+        _keep_buffers(module, state_dict, prefix, ("rng_state",))
+
+
+def load_te_transformer_hook(module: torch.nn.Module, state_dict: dict, prefix: str, local_metadata: Any,
+                             strict: bool, missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+    """load_state_dict pre-hook of TransformerLayer: a TE checkpoint (any ``_extra_state`` entry
+    under the layer) keeps the hidden-dropout ``rng_state`` (TE has none)."""
+    if _is_te_state(state_dict, prefix):
+        _keep_buffers(module, state_dict, prefix, ("hidden_dropout_op.rng_state",))

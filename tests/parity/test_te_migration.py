@@ -270,3 +270,44 @@ def test_te_layernorm_mlp_checkpoint_round_trips_through_flax_params():
     fresh.load_state_dict(tej.params_to_torch(params), strict=False)
     for name, p in fresh.named_parameters():
         assert_bytes_equal(from_torch(p.detach()), from_torch(te_dict[name]), f"round trip {name}")
+
+
+def test_te_transformer_layer_checkpoint_loads():
+    """A TE TransformerLayer state dict (fused QKV names, one _extra_state per TE module, TE's
+    FP8-attention metadata under core_attention and an older backend key) loads strictly: the
+    parameters, each projection's delayed-scaling columns, and the rng states keep their values."""
+    layer = tep.TransformerLayer(64, 96, 4, num_gqa_groups=2, activation="swiglu", amax_history_len=8, seed=5)
+    with torch.no_grad():
+        layer.self_attention.core_attention.rng_state[1] = 7
+        layer.hidden_dropout_op.rng_state[1] = 9
+    rng_before = {name: b.clone() for name, b in layer.named_buffers() if name.endswith("rng_state")}
+    torch.manual_seed(3)
+    te_dict = {name: torch.randn_like(p) for name, p in layer.named_parameters()}
+    recipe = _recipe_for_checkpoint()
+    extras = {"self_attention.layernorm_qkv": (1, 1), "self_attention.proj": (1, 2),
+              "self_attention.core_attention": (1, 3), "layernorm_mlp": (2, 4)}
+    for module, (gemms, seed) in extras.items():
+        te_dict[f"{module}._extra_state"] = _te_extra_state(recipe, num_gemms=gemms, history_len=8, seed=seed)
+    te_dict["self_attention.core_attention.fused_attention._extra_state"] = torch.empty(0, dtype=torch.uint8)
+    layer.load_state_dict(te_dict)  # strict
+    for name, p in layer.named_parameters():
+        assert torch.equal(p, te_dict[name]), name
+    qkv_op = layer.self_attention.layernorm_qkv.basic_ops[1]
+    fc2_op = layer.layernorm_mlp.basic_ops[4]
+    for owner, module, (cols, col) in ((qkv_op, "self_attention.layernorm_qkv", ([0, 1], 0)),
+                                       (layer.self_attention.proj, "self_attention.proj", ([0, 1], 0)),
+                                       (fc2_op, "layernorm_mlp", ([3, 4], 2))):
+        saved = _read(te_dict[f"{module}._extra_state"])
+        assert torch.equal(owner.fwd_amax_history, saved["amax_history_fwd"][:, cols]), module
+        assert torch.equal(owner.fwd_scale, saved["scale_fwd"][cols]), module
+        assert torch.equal(owner.bwd_scale, saved["scale_bwd"][[col]]), module
+    for name, b in layer.named_buffers():
+        if name.endswith("rng_state"):
+            assert torch.equal(b, rng_before[name]), name
+    mha = tep.MultiheadAttention(64, 4, input_layernorm=False, amax_history_len=8)
+    mha_dict = {name: torch.randn_like(p) for name, p in mha.named_parameters()}
+    mha_dict.update({"qkv._extra_state": torch.empty(0, dtype=torch.uint8),
+                     "proj._extra_state": torch.empty(0, dtype=torch.uint8),
+                     "core_attention._extra_state": torch.empty(0, dtype=torch.uint8)})
+    mha.load_state_dict(mha_dict)
+    assert torch.equal(mha.qkv.weight, mha_dict["qkv.weight"])

@@ -14,6 +14,7 @@ from .._ops.attention import attention_bwd, attention_fwd
 from .._ops.rope import apply_rotary_pos_emb
 from .._state import draw_rng_checkpointable
 from ..autocast import current_recipe
+from ..te_migration import load_te_attention_hook
 from .linear import Linear
 from .normalization import LayerNormLinear
 
@@ -69,6 +70,7 @@ class DotProductAttention(torch.nn.Module):
         self.qkv_format = qkv_format
         self.softmax_scale = softmax_scale
         self.register_buffer("rng_state", torch.tensor([seed, 0], dtype=torch.int64))
+        self.register_load_state_dict_pre_hook(load_te_attention_hook)  # TE checkpoints (te_migration.py)
 
     def forward(self, query_layer, key_layer, value_layer, attention_mask=None, qkv_format=None,
                 cu_seqlens_q=None, cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None,
@@ -119,6 +121,8 @@ class MultiheadAttention(torch.nn.Module):
         ``qkv.weight``, ``qkv.bias``; then ``proj.weight`` (hidden_size, H·D), ``proj.bias``.
         The QKV rows are ordered [Q; K; V] (H·D, G·D, G·D rows; within each, head-major) — TE's
         layout with ``qkv_weight_interleaved=False``.
+    Checkpoints: a TE MultiheadAttention state dict of these names loads (``te_migration.py``:
+        the projections' delayed-scaling state; TE's FP8-attention metadata is dropped).
     Dtypes: parameters in ``params_dtype``; the computation follows the sub-modules.
     Numerics: the projections are ``LayerNormLinear`` / ``Linear`` (quantized by the
         ``tep.autocast`` recipe, NUMERICS.md); attention is ``DotProductAttention``

@@ -9,6 +9,7 @@ import torch
 
 from ...fusion.ops import check_dropout_p
 from ..ops import AddExtraInput, Dropout, run_ops
+from ..te_migration import load_te_transformer_hook
 from .attention import MultiheadAttention
 from .normalization import LayerNormMLP
 
@@ -26,6 +27,9 @@ class TransformerLayer(torch.nn.Module):
         layer_norm_bias,weight,bias}``, ``self_attention.proj.{weight,bias}``,
         ``layernorm_mlp.{layer_norm_weight,layer_norm_bias,fc1_weight,fc1_bias,fc2_weight,fc2_bias}``
         (no ``*layer_norm_bias`` with RMSNorm, no biases with ``bias=False``).
+    Checkpoints: a TE TransformerLayer state dict of these names (``fuse_qkv_params=True``,
+        ``qkv_weight_interleaved=False``) loads, ``_extra_state`` entries included
+        (``te_migration.py``).
     Dtypes: parameters in ``params_dtype``; hidden_states of that dtype.
     Numerics: each block as its module (NUMERICS.md; docs/attention.md for the attention); the
         residual adds are fl(x + r) in x's dtype (AddExtraInput); hidden dropout NUMERICS.md §11.
@@ -66,6 +70,7 @@ class TransformerLayer(torch.nn.Module):
                                           device=device, amax_history_len=amax_history_len, rng_seed=seed + 2)
         self.hidden_dropout_op = Dropout(self.hidden_dropout, rng_seed=seed, device=device)
         self.residual_add_op = AddExtraInput()
+        self.register_load_state_dict_pre_hook(load_te_transformer_hook)  # TE checkpoints (te_migration.py)
 
     def _residual(self, branch: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return run_ops([self.hidden_dropout_op, self.residual_add_op], [(), ()], branch, [residual])
