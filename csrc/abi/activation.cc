@@ -1,9 +1,12 @@
 // C ABI of the activation family: argument checks, then dispatch to the CPU or CUDA kernels.
 // The fused entry points run the activation kernel, then the bias-gradient and quantize
-// kernels (twe_bias_grad, twe_quantize) on its output, on the same stream.
+// kernels (twe_bias_grad, twe_quantize) on its output, on the same stream; on the CPU the
+// forward quantize (FP8 per-tensor, MXFP8) and the bias gradient run inside the activation pass.
+#include <exception>
 #include <string>
 
 #include "internal/activation.h"
+#include "internal/quantize.h"
 #include "twinengine/bias.h"
 
 namespace twe {
@@ -75,6 +78,40 @@ TweStatus backward(const TweTensorView* dy, const TweTensorView* x, TweTensorVie
   return run_on_device(x->device, args, TWE_DEVICE_FNS(activation_backward));
 }
 
+/*! On the CPU, the quantizations cpu::activation_forward_quantized fuses into the activation's
+ *  pass (after the forward's and the quantize family's own checks on y); kTweSuccess with *fused
+ *  false for every other case (twe_quantize then runs on y and gives its own errors). */
+TweStatus run_fused_forward_cpu(const TweTensorView* x, const TweTensorView* scale, const TweTensorView* rng,
+                                TweTensorView* y, TweQuantizedTensor* output, const TweActivationParams* p,
+                                const TweQuantizeParams* qparams, TweScalingMode mode, void* stream, bool* fused) {
+  *fused = false;
+  if (x == nullptr || x->device != kTweCPU || output == nullptr || qparams == nullptr || present(rng)) return kTweSuccess;
+  if (mode != kTweScalingFP8Current && mode != kTweScalingFP8Delayed && mode != kTweScalingMXFP8) return kTweSuccess;
+  if (present(scale) && mode != kTweScalingFP8Delayed) return kTweSuccess;
+  ActivationArgs args;
+  int64_t out_cols;
+  TweStatus st = check_input(x, p, &args, &out_cols);
+  if (st) return st;
+  if ((st = check_view_allow_empty(y, "y", x->dtype, args.rows, out_cols, x->device))) return st;
+  if (args.rows * args.cols == 0) return kTweSuccess;
+  switch (mode) {
+    case kTweScalingFP8Current: st = check_quantize_fp8_current(y, output, qparams); break;
+    case kTweScalingFP8Delayed: st = check_quantize_fp8_delayed(y, scale, output, qparams); break;
+    default: st = check_quantize_mxfp8(y, output, qparams); break;
+  }
+  if (st) return st;
+  args.out = y;
+  args.stream = stream;
+  *fused = true;
+  try {
+    CpuStreamScope scope(stream);
+    const TweActivationQuantize q{mode, mode == kTweScalingFP8Delayed ? scale : nullptr, output, *qparams};
+    return cpu::activation_forward_quantized(args, q);
+  } catch (const std::exception& e) {
+    return fail(kTweInternalError, std::string("kernel failed: ") + e.what());
+  }
+}
+
 }  // namespace
 }  // namespace twe
 
@@ -92,8 +129,11 @@ TweStatus twe_activation_forward_quantize(const TweTensorView* x, const TweTenso
                                           TweTensorView* y, TweQuantizedTensor* output,
                                           const TweActivationParams* params, const TweQuantizeParams* qparams,
                                           TweScalingMode mode, void* stream) {
-  const TweStatus st = forward(x, y, params, stream);
+  bool fused = false;
+  TweStatus st = run_fused_forward_cpu(x, scale, rng, y, output, params, qparams, mode, stream, &fused);
   if (st) return st;
+  if (fused) return succeed();
+  if ((st = forward(x, y, params, stream))) return st;
   return twe_quantize(y, scale, rng, output, qparams, mode, stream);
 }
 

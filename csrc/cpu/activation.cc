@@ -10,6 +10,8 @@
 
 #include "internal/activation.h"
 #include "internal/cpu.h"
+#include "internal/quantize.h"
+#include "internal/quantize_rows.h"
 #include "internal/simd.h"
 
 namespace twe {
@@ -32,9 +34,10 @@ void dispatch_kind(Activation kind, Fn&& fn) {
   }
 }
 
-/*! Rows begin .. end - 1 of the forward, scalar. */
+/*! Rows begin .. end - 1 of the forward, scalar; with `keys`, also keys[r] = the max amax_key of
+ *  output row r as written. */
 template <typename T, Activation kKind>
-void forward_rows_scalar(const ActivationArgs& a, int64_t begin, int64_t end) {
+void forward_rows_scalar(const ActivationArgs& a, int64_t begin, int64_t end, uint32_t* keys) {
   constexpr Activation kind = kKind;
   const T* x = static_cast<const T*>(a.x->data);
   T* y = static_cast<T*>(a.out->data);
@@ -48,9 +51,11 @@ void forward_rows_scalar(const ActivationArgs& a, int64_t begin, int64_t end) {
         yr[c] = FromFloat<T>::apply(
             numerics::gated_forward(kind, to_float(xr[c]), to_float(xr[half + c]), a.limit, a.alpha));
       }
+      if (keys) keys[r] = amax_key_bits(yr, half);
     } else {
       T* yr = y + r * k;
       for (int64_t c = 0; c < k; ++c) yr[c] = FromFloat<T>::apply(numerics::activation_forward(kind, to_float(xr[c])));
+      if (keys) keys[r] = amax_key_bits(yr, k);
     }
   }
 }
@@ -112,12 +117,13 @@ namespace {
 using numerics::Activation;
 
 
+using ForwardRowsFn = void (*)(const ActivationArgs&, int64_t, int64_t, uint32_t*);
 using RowsFn = void (*)(const ActivationArgs&, int64_t, int64_t);
 using LanesFn = void (*)(const ActivationArgs&, int64_t, int64_t, float*);
 
 /*! The forward / backward / dbias row loops of (T, K) on the widest variant (simd::elementwise_isa()). */
 template <typename T, Activation K>
-RowsFn forward_rows_fn() {
+ForwardRowsFn forward_rows_fn() {
 #if defined(TWE_SIMD_X86)
   switch (simd::elementwise_isa()) {
     case simd::Isa::kAvx512: return &avx512::forward_rows<T, K>;
@@ -159,8 +165,21 @@ LanesFn backward_dbias_lanes_fn() {
 
 template <typename T, Activation kKind>
 void forward_typed(const ActivationArgs& a) {
-  const RowsFn rows = forward_rows_fn<T, kKind>();
-  parallel_for(a.rows, a.rows * a.cols * 8, [&](int64_t begin, int64_t end) { rows(a, begin, end); });
+  const ForwardRowsFn rows = forward_rows_fn<T, kKind>();
+  parallel_for(a.rows, a.rows * a.cols * 8, [&](int64_t begin, int64_t end) { rows(a, begin, end, nullptr); });
+}
+
+/*! forward_typed fused with the quantization of y (see activation_forward_quantized). */
+template <typename T, Activation kKind>
+TweStatus forward_quantized_typed(const ActivationArgs& a, const TweActivationQuantize& q) {
+  const ForwardRowsFn rows = forward_rows_fn<T, kKind>();
+  const int64_t k = numerics::activation_is_gated(kKind) ? a.cols / 2 : a.cols, work = a.rows * a.cols * 8;
+  if (q.mode == kTweScalingMXFP8) {
+    return quantize_mxfp8_by_row_blocks(*a.out, *q.output, q.params, a.rows, k, work, a.stream,
+                                        [&](int64_t r0, int64_t r1) { rows(a, r0, r1, nullptr); });
+  }
+  return quantize_fp8_per_tensor_by_rows(*a.out, q.scale, q.output, q.params, a.rows, k, work, a.stream,
+                                         [&](int64_t r0, int64_t r1, uint32_t* keys) { rows(a, r0, r1, keys); });
 }
 
 template <typename T, Activation kKind>
@@ -202,6 +221,15 @@ TweStatus activation_backward_dbias(const ActivationArgs& a) {
       });
       return kTweSuccess;
     });
+  });
+}
+
+TweStatus activation_forward_quantized(const ActivationArgs& a, const TweActivationQuantize& q) {
+  ScopedIeeeSubnormals ieee;
+  return dispatch_high_precision(a.x->dtype, [&](auto tag) {
+    TweStatus st = kTweSuccess;
+    dispatch_kind(a.kind, [&](auto kind) { st = forward_quantized_typed<decltype(tag), decltype(kind)::value>(a, q); });
+    return st;
   });
 }
 
@@ -365,7 +393,7 @@ TWE_SIMD_INLINE void gated_backward(F a, F b,
 }
 
 template <typename T, Activation K>
-void forward_rows(const ActivationArgs& a, int64_t begin, int64_t end) {
+void forward_rows(const ActivationArgs& a, int64_t begin, int64_t end, uint32_t* keys) {
   const T* x = static_cast<const T*>(a.x->data);
   T* y = static_cast<T*>(a.out->data);
   const int64_t k = a.cols, half = k / 2;
@@ -381,6 +409,7 @@ void forward_rows(const ActivationArgs& a, int64_t begin, int64_t end) {
       for (; c < half; ++c) {
         yr[c] = FromFloat<T>::apply(numerics::gated_forward(K, to_float(xr[c]), to_float(xr[half + c]), a.limit, a.alpha));
       }
+      if (keys) keys[r] = amax_key_bits(yr, half);
     } else {
       T* yr = y + r * k;
       int64_t c = 0;
@@ -388,6 +417,7 @@ void forward_rows(const ActivationArgs& a, int64_t begin, int64_t end) {
         store_rounded(yr + c, base_activation<K>(load_float(xr + c), 1.0f).value);
       }
       for (; c < k; ++c) yr[c] = FromFloat<T>::apply(numerics::activation_forward(K, to_float(xr[c])));
+      if (keys) keys[r] = amax_key_bits(yr, k);
     }
   }
 }

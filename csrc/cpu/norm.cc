@@ -8,13 +8,13 @@
 // padded to a multiple of 32 floats so vector loops run whole registers; padding lanes never
 // reach an output or a sum.
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "internal/cpu.h"
 #include "internal/norm.h"
 #include "internal/quantize.h"
+#include "internal/quantize_rows.h"
 #include "internal/simd.h"
 
 namespace twe {
@@ -244,48 +244,17 @@ TweStatus norm_fwd_quantized(const NormFwdArgs& a, const TweNormQuantize& q) {
   std::vector<float> gain, beta(static_cast<size_t>(padded(k)), 0.0f);
   if (a.gamma) gain = gains(a.gamma, k, a.zero_centered_gamma);
   if (a.beta) widen(a.beta, 0, k, beta.data());
-  const TweQuantizedTensor& o = *q.output;
+  const int64_t work = r_total * k;
   if (q.mode == kTweNormQuantizeMXFP8) {
-    // Per 32-row block: the norm's rows, then quantize_mxfp8 of just that block while its y is
-    // in cache. MXFP8 blocks never cross a 32-row block (1D or 2D), so each block's bytes are
-    // those the whole-tensor quantize writes; the scale padding is zeroed here once.
-    const bool row = present(&o.rowwise_data), col = present(&o.columnwise_data);
-    const int64_t row_stride = row ? o.rowwise_scale_inv.shape[o.rowwise_scale_inv.ndim - 1] : 0;
-    const int64_t col_stride = col ? o.columnwise_scale_inv.shape[o.columnwise_scale_inv.ndim - 1] : 0;
-    if (row) std::memset(o.rowwise_scale_inv.data, 0, static_cast<size_t>(numel(o.rowwise_scale_inv)));
-    if (col) std::memset(o.columnwise_scale_inv.data, 0, static_cast<size_t>(numel(o.columnwise_scale_inv)));
-    std::atomic<int> status{kTweSuccess};
-    parallel_for(r_total / 32, r_total * k, [&](int64_t block_begin, int64_t block_end) {
-      for (int64_t b = block_begin; b < block_end; ++b) {
-        const int64_t r0 = b * 32;
-        forward_rows(a, gain.data(), beta.data(), r0, r0 + 32);
-        const TweTensorView input = view_2d(*a.y, r0 * k, 32, k);
-        TweQuantizedTensor out{};
-        if (row) {
-          out.rowwise_data = view_2d(o.rowwise_data, r0 * k, 32, k);
-          out.rowwise_scale_inv = view_2d(o.rowwise_scale_inv, r0 * row_stride, 32, row_stride);
-        }
-        if (col) {
-          out.columnwise_data = view_2d(o.columnwise_data, r0 * k, 32, k);
-          out.columnwise_scale_inv = view_2d(o.columnwise_scale_inv, b * col_stride, 1, col_stride);
-        }
-        const QuantizeArgs block{&input, nullptr, nullptr, &out, q.params, 32, k, a.stream};
-        const TweStatus st = quantize_mxfp8(block);
-        if (st) status.store(st);
-      }
-    });
-    return static_cast<TweStatus>(status.load());
+    return quantize_mxfp8_by_row_blocks(*a.y, *q.output, q.params, r_total, k, work, a.stream,
+                                        [&](int64_t r0, int64_t r1) { forward_rows(a, gain.data(), beta.data(), r0, r1); });
   }
   // Per-tensor FP8: the amax of y taken while the norm writes it, then one cast pass.
-  std::vector<uint32_t> keys(static_cast<size_t>(r_total), 0u);
-  parallel_for(r_total, r_total * k, [&](int64_t begin, int64_t end) {
-    forward_rows(a, gain.data(), beta.data(), begin, end, keys.data());
-  });
-  uint32_t key = 0;
-  for (uint32_t v : keys) key = v > key ? v : key;
   const TweTensorView* scale = q.mode == kTweNormQuantizeFP8Delayed ? q.scale : nullptr;
-  const QuantizeArgs qa{a.y, scale, nullptr, q.output, q.params, r_total, k, a.stream};
-  return quantize_fp8_per_tensor_with_amax(qa, numerics::bits_to_float(key));
+  return quantize_fp8_per_tensor_by_rows(*a.y, scale, q.output, q.params, r_total, k, work, a.stream,
+                                         [&](int64_t r0, int64_t r1, uint32_t* keys) {
+                                           forward_rows(a, gain.data(), beta.data(), r0, r1, keys);
+                                         });
 }
 
 TweStatus norm_bwd(const NormBwdArgs& a) {

@@ -4,6 +4,7 @@
 
 #include "internal/common.h"
 #include "twinengine/activation.h"
+#include "twinengine/quantize.h"
 
 namespace twe {
 
@@ -28,9 +29,22 @@ struct ActivationArgs {
   TweStatus activation_backward(const ActivationArgs& args);    \
   }
 
-/*! CPU only: dx and dbias = Σc over rows of dx (as stored), one pass over x and dy. */
+/*! The quantization of a fused CPU activation (after the quantize family's checks on its
+ *  output): mode kTweScalingFP8Current / FP8Delayed (`scale`) / MXFP8. */
+struct TweActivationQuantize {
+  TweScalingMode mode;
+  const TweTensorView* scale;
+  TweQuantizedTensor* output;
+  TweQuantizeParams params;
+};
+
 namespace cpu {
+/*! CPU only: dx and dbias = Σc over rows of dx (as stored), one pass over x and dy. */
 TweStatus activation_backward_dbias(const ActivationArgs& args);
+/*! CPU only: activation_forward fused with the quantization of y — MXFP8 per 32-row block while
+ *  the block is in cache, per-tensor FP8 with y's amax taken as each row is written. Same bytes
+ *  as activation_forward followed by the quantize kernel. */
+TweStatus activation_forward_quantized(const ActivationArgs& args, const TweActivationQuantize& quantize);
 }
 
 TWE_ACTIVATION_KERNELS(cpu)

@@ -4,7 +4,7 @@ loops, forced per process with TWE_ELEMENTWISE_ISA (a variant the CPU lacks fall
 narrower one, which must agree just the same). Inputs cover every bf16 / fp16 bit pattern,
 random fp32 bit patterns, the exp / tanh range ends, subnormals, ±inf and NaN, widths that are
 not multiples of the vector or of the 32 canonical lanes, and the fused norm + quantize and
-activation-gradient + bias-gradient paths."""
+activation + quantize and activation-gradient + bias-gradient paths."""
 
 from __future__ import annotations
 
@@ -106,6 +106,14 @@ for qname, q in (("mxfp8", te.MXFP8Quantizer("e4m3")), ("fp8", te.Float8CurrentS
     put(f"rmsnorm+{qname}/y", y)
     for field in ("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv"):
         put(f"rmsnorm+{qname}/{field}", getattr(qt, field, None))
+
+xa = act_input("bfloat16")[:224, :256].contiguous()
+for qname, q in (("mxfp8", te.MXFP8Quantizer("e4m3")), ("fp8", te.Float8CurrentScalingQuantizer("e5m2"))):
+    for kind in ("gelu", "swiglu"):
+        y, qt = A.activation_fwd(xa, kind, quantizer=q)
+        put(f"{kind}+{qname}/y", y)
+        for field in ("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv"):
+            put(f"{kind}+{qname}/{field}", getattr(qt, field, None))
 
 np.savez(sys.argv[1], **{k.replace("/", "|"): v for k, v in out.items()})
 """
