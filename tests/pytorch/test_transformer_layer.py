@@ -485,3 +485,33 @@ def test_transformer_layer_compile_dynamic_sequence_no_recompile():
         want = step(layer, x, dy)
         for j, (a, b) in enumerate(zip(got, want)):
             assert_bytes_equal(a.detach().numpy(), b.detach().numpy(), f"s={s} tensor {j}")
+
+
+@pytest.mark.parametrize("recipe_name", ["fp8_delayed_dpa", "nvfp4"])
+@pytest.mark.parametrize("mode", ["reentrant", "non_reentrant"])
+def test_transformer_layer_activation_checkpointing_same_bytes(recipe_name, mode):
+    """torch.utils.checkpoint around the layer (hidden and attention dropout, stateful recipes:
+    delayed scaling with FP8 attention, NVFP4 stochastic rounding): output, gradients and every
+    buffer equal the run without checkpointing, over two steps."""
+    from torch.utils.checkpoint import checkpoint
+
+    recipe = RECIPES[recipe_name]
+    dtype = torch.bfloat16 if recipe_name == "nvfp4" else torch.float32
+
+    def run(checkpointed):
+        torch.manual_seed(0)
+        layer = tep.TransformerLayer(128, 128, 4, num_gqa_groups=2, hidden_dropout=0.1, attention_dropout=0.1,
+                                     attn_input_format="bshd", params_dtype=dtype, amax_history_len=4, seed=3)
+        out = []
+        for step in range(2):
+            x = torch.randn(2, 64, 128, generator=torch.Generator().manual_seed(step)).to(dtype).requires_grad_()
+            layer.zero_grad()
+            with tep.autocast(recipe):
+                y = checkpoint(layer, x, use_reentrant=mode == "reentrant") if checkpointed else layer(x)
+            y.float().square().sum().backward()
+            out += [y.detach(), x.grad] + [t.grad for t in layer.parameters()] + [t.clone() for t in layer.buffers()]
+        return out
+
+    for i, (a, b) in enumerate(zip(run(True), run(False))):
+        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.bfloat16 else a,
+                           b.view(torch.uint8) if b.dtype == torch.bfloat16 else b), f"tensor {i}"

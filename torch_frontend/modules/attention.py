@@ -12,7 +12,7 @@ from ...fusion.blocks import attention_heads, check_attention_block, normalizati
 from ...recipe import uses_fp8_attention
 from .._ops.attention import attention_bwd, attention_fwd
 from .._ops.rope import apply_rotary_pos_emb
-from .._state import draw_rng_checkpointable
+from .._state import draw_rng, is_recompute, may_be_recomputed, record_call, replayed_call
 from ..autocast import current_recipe
 from ..te_migration import load_te_attention_hook
 from .linear import Linear
@@ -47,7 +47,8 @@ class DotProductAttention(torch.nn.Module):
     twinengine.jax); gradients flow to query, key and value. Dropout (training only) draws from the
     Philox stream of the module's ``rng_state`` buffer [seed, offset]; every dropout forward uses
     the current state and then advances offset by 1 (deterministic, checkpointed with the module;
-    under ``torch.utils.checkpoint`` the recomputed forward reuses the first run's draw).
+    under ``torch.utils.checkpoint`` the recomputed forward reuses the first run's draw and its
+    FP8-attention choice, whether the autocast region is inside or outside the checkpoint).
     Under ``tep.autocast(recipe)`` with a recipe whose ``fp8_dpa`` / ``fp8_mha`` is set
     (DelayedScaling, Float8CurrentScaling) forward and backward are FP8 attention
     (docs/attention.md §9); otherwise high precision.
@@ -72,6 +73,20 @@ class DotProductAttention(torch.nn.Module):
         self.register_buffer("rng_state", torch.tensor([seed, 0], dtype=torch.int64))
         self.register_load_state_dict_pre_hook(load_te_attention_hook)  # TE checkpoints (te_migration.py)
 
+    def _call_state(self, dropout: bool, inputs: tuple[torch.Tensor, ...]) -> tuple[bool, torch.Tensor | None]:
+        """(fp8, rng) of this call: FP8 attention when the autocast recipe asks for it, the dropout
+        rng drawn once (offset advanced by one). Eager activation checkpointing: a forward that
+        may be recomputed records the pair; the recompute (run by the backward, where the autocast
+        region and the rng offset have moved on) replays it. Compiled: the traced graph holds both."""
+        if torch.compiler.is_compiling():
+            return uses_fp8_attention(current_recipe()), draw_rng(self) if dropout else None
+        if is_recompute():
+            return replayed_call(self, inputs)
+        fp8, rng = uses_fp8_attention(current_recipe()), draw_rng(self) if dropout else None
+        if may_be_recomputed():
+            record_call(self, inputs, (fp8, None if rng is None else rng.clone()))
+        return fp8, rng
+
     def forward(self, query_layer, key_layer, value_layer, attention_mask=None, qkv_format=None,
                 cu_seqlens_q=None, cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None,
                 attn_mask_type=None, window_size=None, seqlens_q=None, seqlens_kv=None):
@@ -95,12 +110,10 @@ class DotProductAttention(torch.nn.Module):
                 lens.append((~m).reshape(b, s).sum(dim=1).to(torch.int32))
             seqlens_q, seqlens_kv = lens
         dropout_p = self.attention_dropout if self.training else 0.0
-        rng = None
-        if dropout_p > 0.0:  # drawn once per forward; a checkpoint recompute replays the same draw
-            rng = draw_rng_checkpointable(self, (query_layer, key_layer, value_layer))
+        fp8, rng = self._call_state(dropout_p > 0.0, (query_layer, key_layer, value_layer))
         out = _DotProductAttentionFn.apply(query_layer, key_layer, value_layer, seqlens_q, seqlens_kv, rng,
                                            cu_seqlens_q, cu_seqlens_kv, mask_type, window, self.softmax_scale,
-                                           dropout_p, fmt, uses_fp8_attention(current_recipe()))
+                                           dropout_p, fmt, fp8)
         return out.reshape(*out.shape[:-2], out.shape[-2] * out.shape[-1])
 
 
