@@ -24,6 +24,7 @@ collection of each Linear, as in the Flax blocks.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import flax.linen as nn
@@ -37,7 +38,7 @@ from ..recipe import DelayedScaling, Recipe
 from ..te_migration import as_recipe
 from ._ops.dense import delayed_scaling_state, dense
 from .attention import DotProductAttention
-from .autocast import current_recipe
+from .autocast import autocast, current_recipe
 from .flax_blocks import FP8_META, LayerNormDenseGeneral, LayerNormMLP, _lecun
 from .ops import AddExtraInput, Dropout, run_ops
 from .rope import apply_rotary_pos_emb
@@ -146,12 +147,17 @@ class MultiHeadAttention(nn.Module):
             q = apply_rotary_pos_emb(q, q_freqs, self.qkv_format, cu_seqlens=cu_seqlens_q)
             k = apply_rotary_pos_emb(k, k_freqs, self.qkv_format, cu_seqlens=cu_seqlens_kv)
         use_dropout = not deterministic and self.attention_dropout > 0
-        ctx = DotProductAttention(head_dim=d, num_attention_heads=heads, num_gqa_groups=groups,
-                                  attention_dropout=self.attention_dropout, attn_mask_type=self.attn_mask_type,
-                                  qkv_layout=self.qkv_format, window_size=self.window_size,
-                                  scale_factor=self.softmax_scale, name="core_attention")(
-            q, k, v, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
-            deterministic=deterministic, rng=_rng(self, dropout_rngs, "attention") if use_dropout else None)
+        # The module's recipe (when given) is the attention's too: FP8 attention under fp8_dpa / fp8_mha.
+        region = autocast(as_recipe(self.recipe, "MultiHeadAttention")) if self.recipe is not None \
+            else contextlib.nullcontext()
+        with region:
+            ctx = DotProductAttention(head_dim=d, num_attention_heads=heads, num_gqa_groups=groups,
+                                      attention_dropout=self.attention_dropout, attn_mask_type=self.attn_mask_type,
+                                      qkv_layout=self.qkv_format, window_size=self.window_size,
+                                      scale_factor=self.softmax_scale, name="core_attention")(
+                q, k, v, seqlens_q=seqlens_q, seqlens_kv=seqlens_kv, cu_seqlens_q=cu_seqlens_q,
+                cu_seqlens_kv=cu_seqlens_kv, deterministic=deterministic,
+                rng=_rng(self, dropout_rngs, "attention") if use_dropout else None)
         ctx = ctx.reshape(lead + (heads * d,))
         return _Linear(self.hidden_size, self.use_bias, self.recipe, self.param_dtype, name="proj")(ctx)
 

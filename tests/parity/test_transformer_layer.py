@@ -1,7 +1,8 @@
 """TransformerLayer across frameworks: tep.TransformerLayer and twinengine.jax.flax.TransformerLayer
 with the same weights (params_from_torch of the torch state_dict) give the same output bytes and
 gradients (input and every parameter, back through params_to_torch's names), high precision and
-under Float8CurrentScaling and MXFP8BlockScaling: GQA, rotary embeddings (partial rotary, a
+under Float8CurrentScaling (also with FP8 attention, fp8_dpa), DelayedScaling (Flax state in
+"fp8_meta") and MXFP8BlockScaling: GQA, rotary embeddings (partial rotary, a
 (q, k) pair), LayerNorm / RMSNorm, gelu / swiglu, sbhd / bshd / thd packed sequences, and hidden +
 attention dropout in training (the torch module's rng_state buffers passed to Flax as explicit
 dropout_rngs)."""
@@ -25,6 +26,8 @@ D = HIDDEN // HEADS
 RECIPES = {
     "high_precision": None,
     "float8_current": te.recipe.Float8CurrentScaling(),
+    "float8_current_fp8_attention": te.recipe.Float8CurrentScaling(fp8_dpa=True),
+    "delayed": te.recipe.DelayedScaling(amax_history_len=4),
     "mxfp8": te.recipe.MXFP8BlockScaling(),
 }
 
@@ -40,6 +43,14 @@ def _bytes_equal(a, b, what):
     a, b = np.asarray(a), np.asarray(b)
     assert a.shape == b.shape and a.dtype == b.dtype, what
     assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"{what}: max diff {np.max(np.abs(a - b))}"
+
+
+def _fresh_state(tree):
+    """The fp8_meta tree with every Linear's state as a fresh delayed_scaling_state (the torch
+    buffers before the first forward; init may have run a forward through the blocks)."""
+    if "fwd_amax_history" in tree:
+        return tej.delayed_scaling_state(tree["fwd_amax_history"].shape[0])
+    return {k: _fresh_state(v) for k, v in tree.items()}
 
 
 def _freqs(frontend, rotary):
@@ -59,7 +70,7 @@ def test_transformer_layer_same_bytes_in_torch_and_jax(recipe_name, case):
               activation=activation, self_attn_mask_type="padding_causal" if fmt == "thd" else "causal",
               attn_input_format=fmt)
     torch.manual_seed(0)
-    layer = tep.TransformerLayer(HIDDEN, FFN, HEADS, seed=11, **kw)
+    layer = tep.TransformerLayer(HIDDEN, FFN, HEADS, seed=11, amax_history_len=4, **kw)
     with torch.no_grad():
         for p in layer.parameters():
             p.add_(torch.randn_like(p) * 0.1)
@@ -85,15 +96,21 @@ def test_transformer_layer_same_bytes_in_torch_and_jax(recipe_name, case):
     cu_j = None if cu is None else jnp.asarray(cu)
     freqs = _freqs("jax", rotary)
 
+    call = dict(rotary_pos_emb=freqs, cu_seqlens_q=cu_j)
+    delayed = isinstance(recipe, te.recipe.DelayedScaling)
+    # DelayedScaling: the Linears' state in the "fp8_meta" collection, initialized as the torch buffers
+    meta = _fresh_state(module.init(jax.random.PRNGKey(0), jnp.asarray(x), **call)["fp8_meta"]) if delayed else {}
+
     def run(p, v):
-        return module.apply({"params": p}, v, rotary_pos_emb=freqs, cu_seqlens_q=cu_j, deterministic=False,
-                            dropout_rngs=dropout_rngs)
+        variables = {"params": p, **({"fp8_meta": meta} if delayed else {})}
+        y = module.apply(variables, v, deterministic=False, dropout_rngs=dropout_rngs, mutable=["fp8_meta"], **call)
+        return y[0]
 
     yj, vjp = jax.vjp(jax.jit(run), params, jnp.asarray(x))
     gp, gx = vjp(jnp.asarray(dy))
-    if dropout:
+    if dropout and not delayed:
         assert not np.array_equal(yt.detach().numpy(), np.asarray(module.apply({"params": params}, jnp.asarray(x),
-                                                                               rotary_pos_emb=freqs, cu_seqlens_q=cu_j)))
+                                                                               **call)))
     _bytes_equal(yt.detach().numpy(), yj, "out")
     _bytes_equal(xt.grad.numpy(), gx, "dx")
     flat = tej.params_to_torch(gp)
