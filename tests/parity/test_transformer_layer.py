@@ -117,3 +117,17 @@ def test_transformer_layer_same_bytes_in_torch_and_jax(recipe_name, case):
     assert set(flat) == set(torch_grads)
     for name, g in torch_grads.items():
         _bytes_equal(g.numpy(), flat[name].numpy(), f"grad {name}")
+
+
+@pytest.mark.parametrize("bad", [dict(num_gqa_groups=3), dict(attn_input_format="hbsd"),
+                                 dict(self_attn_mask_type="causal", window_size=(4, 2)),
+                                 dict(hidden_size=30), dict(normalization="BatchNorm")])
+def test_bad_arguments_give_the_same_error(bad):
+    config = dict(hidden_size=HIDDEN, ffn_hidden_size=FFN, num_attention_heads=HEADS) | bad
+    with pytest.raises(ValueError) as torch_error:
+        tep.TransformerLayer(**config)
+    x = jnp.zeros((S, B, config["hidden_size"]), jnp.float32)
+    with pytest.raises(ValueError) as jax_error:
+        TransformerLayer(**config).init(jax.random.PRNGKey(0), x)
+    assert str(torch_error.value).startswith("twinengine.")
+    assert str(jax_error.value) == str(torch_error.value)
