@@ -14,9 +14,11 @@ import torch.multiprocessing as mp
 RECIPES = ("high_precision", "delayed", "fp8_current", "mxfp8", "fp8_block")
 LAYOUTS = ("column", "column_sp", "row", "row_sp")
 COMPILED = (("fp8_current", "column_sp"), ("delayed", "row"))
+BLOCK_LAYOUTS = {"lnl": LAYOUTS, "mlp": ("tp", "tp_sp")}
+BLOCK_COMPILED = (("lnl", "fp8_current", "column_sp"), ("mlp", "mxfp8", "tp_sp"))
 SEQ, STEPS = 128, 2
 OTHER_CASES = ("amax_reduction_current", "delayed_dp_histories", "sequential_collectives", "fsdp2_training",
-               "nvfp4_tp_raises", "bad_arguments")
+               "nvfp4_tp_raises", "bad_arguments", "quantized_gather", "fusible_amax_group", "mlp_swiglu")
 
 
 def _recipe(name):
@@ -28,8 +30,10 @@ def _recipe(name):
 
 def case_names(world):
     names = [f"{r}-{l}-eager" for r in RECIPES for l in LAYOUTS]
+    names += [f"{b}-{r}-{l}-eager" for b, layouts in BLOCK_LAYOUTS.items() for r in RECIPES for l in layouts]
     if world == 2:
         names += [f"{r}-{l}-compiled" for r, l in COMPILED]
+        names += [f"{b}-{r}-{l}-compiled" for b, r, l in BLOCK_COMPILED]
     return names + list(OTHER_CASES)
 
 
@@ -129,6 +133,173 @@ def _tp_case(rank, world, recipe_name, layout, compiled):
                 _exact(f"{tag} db", layer.bias.grad, db_ref)
         _exact(f"{tag} fwd_scale", layer.fwd_scale, fwd_scale)
         _exact(f"{tag} bwd_scale", layer.bwd_scale, bwd_scale)
+
+
+def _randomize(module, gen):
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) / 8 + (1 if name == "layer_norm_weight" else 0))
+
+
+def _linear_ops(module):
+    from twinengine.pytorch.ops import BasicLinear
+    return [op for op in module.basic_ops if isinstance(op, BasicLinear)]
+
+
+def _gated_rows(t, world, rank):
+    """This rank's [gate | linear] rows of a gated FC1 weight / bias (jax parallel.gated_fc1_for_tp)."""
+    half = t.shape[0] // 2
+    step = half // world
+    return torch.cat([t[rank * step:(rank + 1) * step], t[half + rank * step:half + (rank + 1) * step]])
+
+
+def _block_case(rank, world, block, recipe_name, layout, compiled, activation="gelu"):
+    """LayerNormLinear (column / row, ± sequence parallel) or LayerNormMLP (FC1 column + FC2 row,
+    ± sequence parallel) on `world` ranks against the single-process module on the whole
+    tensors: outputs, input / parameter gradients and delayed-scaling scales (see the module
+    docstring of tests/pytorch/test_distributed.py for which are exact)."""
+    import twinengine.pytorch as te
+    group = torch.distributed.group.WORLD
+    recipe = _recipe(recipe_name)
+    sp = layout.endswith("_sp")
+    gen = torch.Generator().manual_seed(17)
+    wide = 128 * world  # a shard of 128 features: whole FP8 blocks
+    if block == "lnl":
+        mode = layout.split("_")[0]
+        k, n = wide, wide
+        ref = te.LayerNormLinear(k, n, amax_history_len=4)
+        tp = te.LayerNormLinear(k, n, amax_history_len=4, tp_group=group, tp_size=world, parallel_mode=mode,
+                                sequence_parallel=sp)
+        feat = slice(rank * n // world, (rank + 1) * n // world) if mode == "column" else slice(
+            rank * k // world, (rank + 1) * k // world)
+        shards = {"weight": (lambda t: t[feat]) if mode == "column" else (lambda t: t[:, feat]),
+                  "bias": (lambda t: t[feat]) if mode == "column" else (lambda t: t)}
+        out_width = n
+    else:
+        mode = "mlp"
+        k, ffn = 128, wide
+        ref = te.LayerNormMLP(k, ffn, activation=activation, amax_history_len=4)
+        tp = te.LayerNormMLP(k, ffn, activation=activation, amax_history_len=4, tp_group=group, tp_size=world,
+                             sequence_parallel=sp)
+        feat = slice(rank * ffn // world, (rank + 1) * ffn // world)
+        fc1 = (lambda t: _gated_rows(t, world, rank)) if activation == "swiglu" else (lambda t: t[feat])
+        shards = {"fc1_weight": fc1, "fc1_bias": fc1, "fc2_weight": lambda t: t[:, feat], "fc2_bias": lambda t: t}
+        out_width = k
+    _randomize(ref, gen)
+    whole = dict(ref.named_parameters())
+    with torch.no_grad():
+        for name, p in tp.named_parameters():
+            p.copy_(shards.get(name, lambda t: t)(whole[name]))
+    xs = [torch.randn(SEQ, k, generator=gen) * (1 + i) for i in range(STEPS)]
+    dys = [torch.randn(SEQ, out_width, generator=gen) * (1 + i) for i in range(STEPS)]
+    seq = slice(rank * SEQ // world, (rank + 1) * SEQ // world)
+    run = torch.compile(tp, fullgraph=True) if compiled else tp
+    x_sharded = sp and mode != "row"          # the input is this rank's rows
+    y_sharded = sp and mode != "column"       # the output is this rank's rows
+    y_cols = feat if mode == "column" else slice(None)
+    for step, (x, dy) in enumerate(zip(xs, dys)):
+        tag = f"step {step}"
+        xr = x.clone().requires_grad_(True)
+        ref.zero_grad()
+        with te.autocast(recipe, enabled=recipe is not None):
+            y_ref = ref(xr)
+        y_ref.backward(dy)
+        x_in = (x[seq] if x_sharded else x).clone().requires_grad_(True)
+        tp.zero_grad()
+        with te.autocast(recipe, enabled=recipe is not None):
+            y = run(x_in)
+        y.backward(dy[seq if y_sharded else slice(None)][:, y_cols])
+        want_y = y_ref.detach()[seq if y_sharded else slice(None)][:, y_cols]
+        (_exact if mode == "column" else _close)(f"{tag} y", y.detach(), want_y)
+        want_dx = xr.grad[seq] if x_sharded else xr.grad
+        (_exact if mode == "row" else _close)(f"{tag} dx", x_in.grad, want_dx)
+        grads = dict(ref.named_parameters())
+        for name, p in tp.named_parameters():
+            want = shards.get(name, lambda t: t)(grads[name].grad)
+            summed = name.startswith("layer_norm") and x_sharded or (name in ("bias", "fc2_bias") and sp
+                                                                      and mode != "column")
+            if summed:  # a gradient over this rank's rows only: the ranks' sum is the whole one
+                got = p.grad.clone()
+                torch.distributed.all_reduce(got, group=group)
+                _close(f"{tag} d{name} (summed over ranks)", got, want, 1e-4)
+            elif name.startswith("layer_norm") and mode != "row":
+                _close(f"{tag} d{name}", p.grad, want, 1e-4)  # from the summed input-feature gradient
+            else:
+                _exact(f"{tag} d{name}", p.grad, want)
+        for i, (mine, theirs) in enumerate(zip(_linear_ops(tp), _linear_ops(ref))):
+            _exact(f"{tag} linear {i} fwd_scale", mine.fwd_scale, theirs.fwd_scale)
+            _exact(f"{tag} linear {i} bwd_scale", mine.bwd_scale, theirs.bwd_scale)
+
+
+def _mlp_swiglu(rank, world):
+    """A gated LayerNormMLP: each rank's FC1 shard holds its [gate | linear] rows."""
+    _block_case(rank, world, "mlp", "fp8_current", "tp_sp", False, activation="swiglu")
+
+
+def _quantized_gather(rank, world):
+    """all_gather_quantized of each rank's quantized shard equals quantize of the gathered
+    tensor, data and scales (padding included), for every format whose scales allow it."""
+    import twinengine.pytorch as te
+    from twinengine import recipe as R
+    from twinengine.pytorch.distributed import all_gather_quantized, can_gather_quantized, quantize_reduced
+    group = torch.distributed.group.WORLD
+    name = group.group_name
+    gen = torch.Generator().manual_seed(23)
+    xs = [torch.randn(128, 256, generator=gen) * (r + 1) for r in range(world)]
+    whole_x = torch.cat(xs)
+    scale = torch.tensor([3.0])
+    for label, q in (("fp8_current", R.Float8CurrentScaling().quantizer("input")),
+                     ("fp8_delayed", R.DelayedScaling().quantizer("input")),
+                     ("mxfp8", R.MXFP8BlockScaling().quantizer("input")),
+                     ("fp8_block", R.Float8BlockScaling().quantizer("input"))):
+        kwargs = {"scale": scale} if label == "fp8_delayed" else {}
+        if not can_gather_quantized(q, 128, 256):
+            _FAILS.append(f"{label}: a 128-row shard should gather quantized")
+            continue
+        got = all_gather_quantized(quantize_reduced(xs[rank], q, name, **kwargs), name, world)
+        want = te.quantize(whole_x, q, **kwargs)
+        for field in ("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv"):
+            a, b = getattr(got, field), getattr(want, field)
+            if (a is None) != (b is None) or a is not None and (a.shape != b.shape or not torch.equal(
+                    a.view(torch.uint8) if a.element_size() == 1 else a, b.view(torch.uint8) if b.element_size() == 1
+                    else b)):
+                _FAILS.append(f"{label} {field}: gathered quantized shards differ from quantize(gathered)")
+    for label, q, rows in (("nvfp4", R.NVFP4BlockScaling().quantizer("input"), 128),
+                           ("mxfp8 split block", R.MXFP8BlockScaling().quantizer("input"), 48)):
+        if can_gather_quantized(q, rows, 256):
+            _FAILS.append(f"{label}: must gather in high precision")
+
+
+def _fusible_amax_group(rank, world):
+    """autocast(amax_reduction_group=...) over the fusible ops (data parallel): per-tensor and
+    delayed recipes reduce their amaxes, so each rank's output rows equal the single-process
+    run over the concatenated batch, and delayed-scaling histories stay identical."""
+    import twinengine.pytorch as te
+    from twinengine import recipe as R
+    group = torch.distributed.group.WORLD
+    gen = torch.Generator().manual_seed(29)
+    for recipe in (R.Float8CurrentScaling(), R.DelayedScaling(amax_history_len=4)):
+        torch.manual_seed(0)  # the same model on every rank
+        mods = [te.LayerNormMLP(64, 128, amax_history_len=4) for _ in range(2)]
+        mods[1].load_state_dict(mods[0].state_dict())
+        rows = slice(rank * 16, (rank + 1) * 16)
+        for step in range(2):
+            xs = torch.randn(16 * world, 64, generator=gen) * torch.arange(1, 16 * world + 1)[:, None] / 8
+            dys = torch.randn(16 * world, 64, generator=gen)
+            x = xs[rows].clone().requires_grad_(True)
+            with te.autocast(recipe, amax_reduction_group=group):
+                y = mods[0](x)
+            y.backward(dys[rows])
+            xw = xs.clone().requires_grad_(True)
+            with te.autocast(recipe):
+                y_whole = mods[1](xw)
+            y_whole.backward(dys)
+            tag = f"{type(recipe).__name__} step {step}"
+            _exact(f"{tag} y rows", y.detach(), y_whole.detach()[rows])
+            _exact(f"{tag} dx rows", x.grad, xw.grad[rows])
+            for i, (mine, theirs) in enumerate(zip(_linear_ops(mods[0]), _linear_ops(mods[1]))):
+                for buf in ("fwd_amax_history", "bwd_amax_history", "fwd_scale", "bwd_scale"):
+                    _exact(f"{tag} linear {i} {buf}", getattr(mine, buf), getattr(theirs, buf))
 
 
 def _amax_reduction_current(rank, world):
@@ -292,12 +463,26 @@ def _bad_arguments(rank, world):
                   ValueError, f"tp_size={world + 1} does not match the tp_group's size {world}")
     _expect_error("sp without group", lambda: te.Linear(64, 64, parallel_mode="row", sequence_parallel=True),
                   ValueError, "sequence_parallel=True needs a tp_group")
-    from twinengine import recipe as R
-
-    def fused_with_group():
-        with te.autocast(R.Float8CurrentScaling(), amax_reduction_group=group):
-            te.LayerNormLinear(64, 64)(torch.randn(32, 64))
-    _expect_error("fusible ops with a group", fused_with_group, TypeError, "not supported by the fusible ops")
+    _expect_error("LayerNormLinear indivisible", lambda: te.LayerNormLinear(64, 30 * world + 1, tp_group=group,
+                                                                            tp_size=world, parallel_mode="column"),
+                  ValueError, f"out_features={30 * world + 1} is not divisible by tp_size={world}")
+    _expect_error("LayerNormLinear row indivisible", lambda: te.LayerNormLinear(
+        3, 64, tp_group=group, tp_size=world, parallel_mode="row"), ValueError, "in_features=3 is not divisible")
+    _expect_error("LayerNormMLP indivisible", lambda: te.LayerNormMLP(64, 4 * world + 1, tp_group=group,
+                                                                      tp_size=world),
+                  ValueError, f"ffn_hidden_size={4 * world + 1} is not divisible by tp_size={world}")
+    _expect_error("LayerNormMLP tp_size", lambda: te.LayerNormMLP(64, 64, tp_group=group, tp_size=world + 1),
+                  ValueError, f"tp_size={world + 1} does not match the tp_group's size {world}")
+    _expect_error("LayerNormLinear tp_size", lambda: te.LayerNormLinear(64, 64, tp_group=group, tp_size=2 * world,
+                                                                        parallel_mode="column"),
+                  ValueError, f"tp_size={2 * world} does not match")
+    _expect_error("LayerNormMLP sp without group", lambda: te.LayerNormMLP(64, 64, sequence_parallel=True),
+                  ValueError, "sequence_parallel=True needs a tp_group")
+    _expect_error("LayerNormLinear sp without group", lambda: te.LayerNormLinear(
+        64, 64, parallel_mode="column", sequence_parallel=True), ValueError, "sequence_parallel=True needs a tp_group")
+    _expect_error("LayerNormLinear mode", lambda: te.LayerNormLinear(64, 64, tp_group=group, tp_size=world,
+                                                                     parallel_mode="col"),
+                  ValueError, "parallel_mode must be")
     _expect_error("mode", lambda: te.Linear(64, 64, tp_group=group, tp_size=world, parallel_mode="rows"),
                   ValueError, "parallel_mode must be")
     layer = te.Linear(64, 64, tp_group=group, tp_size=world, parallel_mode="row", sequence_parallel=True)
@@ -317,6 +502,8 @@ def _worker(rank, world, port, out_dir):
                 parts = name.split("-")
                 if len(parts) == 3:
                     _tp_case(rank, world, parts[0], parts[1], parts[2] == "compiled")
+                elif len(parts) == 4:
+                    _block_case(rank, world, parts[0], parts[1], parts[2], parts[3] == "compiled")
                 else:
                     globals()[f"_{name}"](rank, world)
                 if _FAILS:

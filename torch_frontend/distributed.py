@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ..distributed import TRANSPOSED, gathered_shapes, quantized_gather_plan
 from ..quantized_tensor import QuantizedTensor
 from ..quantizers import Float8CurrentScalingQuantizer, Float8DelayedScalingQuantizer, Quantizer
 from ._ops.bias import bias_add, bias_grad
@@ -100,6 +101,51 @@ def quantize_reduced(x: torch.Tensor, quantizer: Quantizer, name: str | None, **
     if name is None or not reduces_amax(quantizer):
         return quantize(x, quantizer, **kwargs)
     return quantize_with_amax(x, quantizer, global_amax(x, name))
+
+
+# ---- quantized all-gather (sequence parallelism) -------------------------------------------
+
+def all_gather_along(t: torch.Tensor, axis: int, name: str, size: int) -> torch.Tensor:
+    """The ranks' `t` concatenated along `axis` in rank order (bytes moved as uint8 when 1 byte
+    wide: gloo and NCCL gather no float8 dtypes)."""
+    raw = t.view(torch.uint8) if t.element_size() == 1 else t
+    moved = raw.movedim(axis, 0)
+    gathered = all_gather(moved, name, size).movedim(0, axis)
+    return gathered.view(t.dtype) if t.element_size() == 1 else gathered
+
+
+def can_gather_quantized(quantizer: Quantizer, rows: int, cols: int) -> bool:
+    """Whether a (rows, cols) shard's quantized copies concatenate into the whole tensor's (see
+    ``all_gather_quantized``)."""
+    return quantized_gather_plan(quantizer, rows, cols) is not None
+
+
+def all_gather_quantized(qt: QuantizedTensor, name: str, size: int) -> QuantizedTensor:
+    """TE's FP8 all-gather: each rank's quantized (rows, cols) shard — data and scales — gathered
+    along the rows, giving byte for byte ``quantize`` of the gathered high-precision tensor
+    (NUMERICS.md §12) when ``can_gather_quantized`` holds and per-tensor scales are shared
+    (current scaling quantized with the group's amax, ``quantize_with_amax``; delayed scaling
+    with the group's scale). Scale padding is stripped before and re-added (zeros) after; a
+    per-tensor columnwise copy is the transpose of the gathered rowwise data (1 byte per
+    element travels, core ``quantized_gather_plan``).
+    The result's amax is the shard's (reduce it for delayed-scaling histories)."""
+    rows, cols = qt.shape
+    plan = quantized_gather_plan(qt.quantizer, rows, cols)
+    whole = gathered_shapes(qt.quantizer, rows, cols, size, qt.dtype)
+    fields = {}
+    for field, axis, used in plan:
+        t = getattr(qt, field)
+        if axis == TRANSPOSED:
+            rowwise = fields["rowwise_data"]
+            t = rowwise.view(torch.uint8).t().contiguous().view(rowwise.dtype)
+        elif axis is not None:
+            t = all_gather_along(t.narrow(axis, 0, used), axis, name, size)
+            pad = [p for g, w in zip(reversed(t.shape), reversed(whole[field])) for p in (0, w - g)]
+            if any(pad):
+                raw = t.view(torch.uint8) if t.element_size() == 1 else t
+                t = torch.nn.functional.pad(raw, pad).view(t.dtype)
+        fields[field] = t
+    return QuantizedTensor(**fields, amax=qt.amax, quantizer=qt.quantizer, shape=(size * rows, cols), dtype=qt.dtype)
 
 
 # ---- differentiable collectives of the tensor-parallel layers ------------------------------

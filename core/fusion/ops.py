@@ -18,7 +18,7 @@ NORMS = ("layernorm", "rmsnorm", "l2norm")
 
 KINDS = NORMS + ("basic_linear", "bias", "activation", "dropout", "quantize", "constant_scale", "identity",
                  "reshape", "add_extra_input", "make_extra_output", "all_gather", "all_reduce", "reduce_scatter",
-                 "user")
+                 "shard_features", "user")
 """Every kind of basic op the planner knows; user-defined ops are "user" (never fused)."""
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ...fusion.ops import OpDesc, check_input_kind
-from ..distributed import all_gather, all_reduce, group_name, reduce_scatter
+from ..distributed import all_gather, all_gather_along, all_reduce, group_name, reduce_scatter
 from .op import BasicOperation
 
 
@@ -75,3 +75,23 @@ class ReduceScatter(_Collective, BasicOperation):
 
     def op_backward(self, ctx, dy):
         return all_gather(dy, self.process_group, self.group_size), ()
+
+
+class ShardFeatures(_Collective, BasicOperation):
+    """y = this rank's slice of the last dimension (the input features of a row-parallel
+    BasicLinear after a norm over the whole features); dx = the ranks' dy concatenated along
+    the last dimension (exact: every rank gets the whole gradient)."""
+
+    kind, label = "shard_features", "ShardFeatures"
+
+    def __init__(self, process_group) -> None:
+        super().__init__(process_group)
+        self.rank = torch.distributed.get_rank(process_group)
+
+    def op_forward_compute(self, x, params):
+        self._check(x)
+        width = x.shape[-1] // self.group_size
+        return x[..., self.rank * width:(self.rank + 1) * width], None
+
+    def op_backward(self, ctx, dy):
+        return all_gather_along(dy, -1, self.process_group, self.group_size), ()
