@@ -534,3 +534,42 @@ def results(world):
             mp.spawn(_worker, args=(world, _free_port(), out_dir), nprocs=world, join=True)
             _RESULTS[world] = [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world)]
     return _RESULTS[world]
+
+
+# ---- cross-framework parity (tests/parity/test_distributed_parity.py) ----------------------
+
+def parity_mlp_worker(rank, world, port, inputs_path, out_dir):
+    """Runs the tensor-parallel LayerNormMLP (FC1 column, FC2 row, SwiGLU) of the npz at
+    `inputs_path` on this rank's shards for each recipe; rank 0 saves the outputs."""
+    import numpy as np
+    import twinengine.pytorch as te
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    try:
+        data = np.load(inputs_path)
+        group = torch.distributed.group.WORLD
+        hidden, ffn = data["fc2_weight"].shape
+        feat = slice(rank * ffn // world, (rank + 1) * ffn // world)
+        shards = {"fc1_weight": lambda t: _gated_rows(t, world, rank), "fc1_bias": lambda t: _gated_rows(t, world, rank),
+                  "fc2_weight": lambda t: t[:, feat]}
+        outputs = {}
+        for name in PARITY_RECIPES:
+            mlp = te.LayerNormMLP(hidden, ffn, activation="swiglu", tp_group=group, tp_size=world)
+            with torch.no_grad():
+                for pname, p in mlp.named_parameters():
+                    p.copy_(shards.get(pname, lambda t: t)(torch.from_numpy(data[pname])))
+            recipe = _recipe(name)
+            with te.autocast(recipe, enabled=recipe is not None):
+                outputs[name] = mlp(torch.from_numpy(data["x"])).detach().numpy()
+        if rank == 0:
+            np.savez(os.path.join(out_dir, "torch.npz"), **outputs)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+PARITY_RECIPES = ("high_precision", "fp8_current", "mxfp8", "fp8_block")
+
+
+def free_port():
+    return _free_port()

@@ -215,7 +215,7 @@ class BasicLinear(BasicOperation):
             amax = reduce_amax(torch.cat([qx.amax, qw.amax]), amax_group) if qs.delayed else None
             saved = {"qs": qs, "x_col": (qx.columnwise_data, qx.columnwise_scale_inv, qx.columnwise_amax),
                      "w_col": (qw.columnwise_data, qw.columnwise_scale_inv, qw.columnwise_amax),
-                     "x_dtype": x_dtype, "w_dtype": weight.dtype, "in_features": self.in_features,
+                     "x_dtype": x_dtype, "w_dtype": weight.dtype, "in_features": x.shape[-1],
                      "bwd_scale": bwd_scale, "bwd_amax_history": bwd_amax_history, "rng": rng, "amax": amax,
                      "amax_group": amax_group}
         if mode == "row":
