@@ -1,13 +1,22 @@
-"""python -m demo: train a small character language model on the Python standard library's own
-source text in PyTorch (torch.compile) and JAX (jax.jit) side by side, through twinengine's
-low-precision kernels: a Linear over the context embeddings, residual RMSNorm -> LayerNormMLP
-(SwiGLU) blocks, and a head that is a Sequential of basic ops (RMSNorm -> Linear).
+"""python -m demo: train a small decoder-only character language model on the Python standard
+library's own source text in PyTorch (torch.compile) and JAX (jax.jit) side by side, through
+twinengine's low-precision kernels: a token embedding, TransformerLayer blocks (causal
+self-attention with rotary position embeddings, RMSNorm, SwiGLU LayerNormMLP) and a head that is a
+Sequential of basic ops (RMSNorm -> Linear). Each position predicts the next character.
 
-Both frameworks start from the same NumPy parameters and see the same batches; every norm,
-activation and Linear (forward and backward) runs the same twinengine kernels, so the losses
-agree up to the few ops each framework does its own way (embedding gather/scatter, the
-residual add's gradient accumulation, softmax cross-entropy, Adam). Prints per-step losses, their largest difference and the time per
-step, and writes a loss-curve PNG and a per-step CSV.
+The run trains the chosen --recipe and, beside it, the same model in high precision (no recipe):
+four runs (2 frameworks x 2 precisions), all from the same NumPy parameters and the same batches.
+Every norm, attention, rotary, activation and Linear (forward and backward) runs the same twinengine
+kernels in both frameworks, so their losses agree up to the few ops each framework does its own
+way (embedding gather/scatter, the residual adds' gradient sums, softmax cross-entropy, Adam).
+Prints per-step losses, the largest torch-vs-JAX difference per recipe and the time per step, and
+writes a loss-curve PNG and a per-step CSV.
+
+Size constraints: --hidden a multiple of --heads with an even head size (rotary). mxfp8: --hidden,
+--ffn and batch x context multiples of 32; fp8-block: multiples of 128 (the vocabulary is padded to
+128). nvfp4: stochastic rounding draws different random bits in the two frameworks (torch's [seed,
+offset] streams vs Flax's "stochastic_rounding" RNG), so its curves agree statistically, not to the
+last bit.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from twinengine import recipe as R
 from twinengine.quantizers import Float8CurrentScalingQuantizer
 
 from .data import CharData, corpus
-from .init import init_params
+from .init import ModelConfig, init_params
 
 RECIPES = {
     "mxfp8": lambda: R.MXFP8BlockScaling(),
@@ -38,61 +47,85 @@ RECIPES = {
         "e5m2" if role == "grad_output" else "e4m3", force_pow_2_scales=True)),
     "high-precision": lambda: None,
 }
+MULTIPLE = {"mxfp8": 32, "fp8-block": 128}
+HP = "high-precision"
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", choices=RECIPES, default="mxfp8", help="quantization recipe (default: mxfp8)")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--batch", type=int, default=128, help="a multiple of 128 for fp8-block, of 32 for mxfp8")
-    p.add_argument("--context", type=int, default=8, help="characters of context")
-    p.add_argument("--embed", type=int, default=16)
-    p.add_argument("--hidden", type=int, default=256, help="a multiple of 128 for fp8-block")
-    p.add_argument("--ffn", type=int, default=256, help="SwiGLU width of each block (a multiple of 128 for fp8-block)")
-    p.add_argument("--blocks", type=int, default=2, help="residual RMSNorm -> LayerNormMLP blocks")
+    p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
+                   help="also train in high precision, from the same weights and batches (default: on)")
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--batch", type=int, default=16, help="sequences per step (batch x context tokens)")
+    p.add_argument("--context", type=int, default=64, help="characters per sequence")
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--ffn", type=int, default=256, help="SwiGLU width of each layer's MLP")
+    p.add_argument("--heads", type=int, default=4, help="attention heads (head size hidden / heads)")
+    p.add_argument("--layers", "--blocks", type=int, default=2, help="TransformerLayer blocks")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=25, help="print both losses every N steps (1: every step)")
+    p.add_argument("--log-every", type=int, default=25, help="print the losses every N steps (1: every step)")
     p.add_argument("--torch-backend", default="inductor", help="torch.compile backend")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch intra-op threads (default 1: the model is tiny, the GEMMs run on twinengine's own "
                         "worker threads, and a spinning OpenMP pool beside them only slows both down)")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("demo_out"),
                    help="folder for loss_<recipe>.png and losses_<recipe>.csv")
-    return p.parse_args()
+    args = p.parse_args()
+    multiple = MULTIPLE.get(args.recipe)
+    if multiple:
+        for name, value in (("--hidden", args.hidden), ("--ffn", args.ffn),
+                            ("--batch x --context", args.batch * args.context)):
+            if value % multiple:
+                p.error(f"recipe {args.recipe} needs {name} a multiple of {multiple}, got {value}")
+    return args
 
 
-def plot(path: pathlib.Path, torch_losses, jax_losses, title: str) -> None:
+def plot(path: pathlib.Path, runs: dict, unigram: float, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    steps = np.arange(1, len(torch_losses) + 1)
-    top.plot(steps, torch_losses, label="PyTorch (torch.compile)", linewidth=1.5)
-    top.plot(steps, jax_losses, label="JAX (jax.jit)", linewidth=1.0, linestyle="--")
-    top.set_ylabel("training loss (cross-entropy)")
-    top.set_title(title)
-    top.legend()
-    bottom.semilogy(steps, np.maximum(np.abs(np.array(torch_losses) - np.array(jax_losses)), 1e-12))
-    bottom.set_ylabel("|Δ loss| (0 at 1e-12)")
-    bottom.set_xlabel("step")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for (name, (torch_losses, jax_losses)), color in zip(runs.items(), ("tab:blue", "tab:orange")):
+        steps = np.arange(1, len(torch_losses) + 1)
+        left.plot(steps, torch_losses, color=color, linewidth=1.5, label=f"{name}, PyTorch (torch.compile)")
+        left.plot(steps, jax_losses, color="black", linewidth=0.8, linestyle="--", alpha=0.7,
+                  label=f"{name}, JAX (jax.jit)" if color == "tab:blue" else None)
+        right.semilogy(steps, np.maximum(np.abs(np.array(torch_losses) - np.array(jax_losses)), 1e-12),
+                       color=color, linewidth=1.0, label=name)
+    left.axhline(unigram, color="gray", linewidth=0.8, linestyle=":", label=f"unigram entropy {unigram:.2f}")
+    left.set_xlabel("step")
+    left.set_ylabel("training loss (cross-entropy, nats)")
+    left.set_title(title)
+    left.legend(fontsize=8)
+    right.set_xlabel("step")
+    right.set_ylabel("|torch loss - JAX loss| (0 drawn at 1e-12)")
+    right.set_title("PyTorch vs JAX, per recipe")
+    right.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+def per_step_ms(times) -> float:
+    return statistics.median(times[1:]) * 1e3 if len(times) > 1 else times[0] * 1e3
+
+
 def main() -> None:
     args = parse_args()
-    recipe = RECIPES[args.recipe]()
     data = CharData(corpus(), args.context)
-    params = init_params(data.vocab, args.embed, args.context, args.hidden, args.ffn, args.blocks, args.seed)
-    print(f"twinengine demo: recipe {args.recipe} ({type(recipe).__name__ if recipe else 'none'}), "
-          f"{len(data.ids)} characters of standard-library source, vocabulary {data.vocab}, model "
-          f"{args.context}x{args.embed} -> Linear {args.hidden} -> {args.blocks} x [RMSNorm -> LayerNormMLP(SwiGLU, "
-          f"{args.ffn})] -> RMSNorm -> Linear {data.vocab}, batch {args.batch}, {args.steps} steps")
+    cfg = ModelConfig(data.vocab, args.context, args.hidden, args.ffn, args.heads, args.layers)
+    cfg.check()
+    params = init_params(cfg, args.seed)
+    names = [args.recipe] + ([HP] if args.baseline and args.recipe != HP else [])
+    unigram = data.unigram_entropy()
+    print(f"twinengine demo: recipe(s) {', '.join(names)}; {len(data.ids)} characters of standard-library source, "
+          f"{data.chars} distinct (unigram entropy {unigram:.3f} nats); model {cfg.describe()}; batch "
+          f"{args.batch} x {args.context} tokens, {args.steps} steps")
 
     import torch
 
@@ -101,52 +134,63 @@ def main() -> None:
 
     torch.set_num_threads(args.torch_threads)
     history = 16
-    torch_trainer = TorchTrainer(params, args.blocks, recipe, history, args.lr, backend=args.torch_backend)
-    jax_trainer = JaxTrainer(params, args.blocks, recipe, history, args.lr)
-    torch_losses, jax_losses, torch_times, jax_times = [], [], [], []
+    trainers = {name: (TorchTrainer(params, cfg, RECIPES[name](), history, args.lr, backend=args.torch_backend),
+                       JaxTrainer(params, cfg, RECIPES[name](), history, args.lr, seed=args.seed))
+                for name in names}
+    losses = {name: ([], []) for name in names}
+    times = {name: ([], []) for name in names}
     bar = tqdm(data.batches(args.batch, args.steps, args.seed + 1), total=args.steps, unit="step",
                desc="training (1st step compiles)")
-    for step, (contexts, targets) in enumerate(bar, start=1):
-        start = time.perf_counter()
-        torch_losses.append(torch_trainer.step(contexts, targets))
-        torch_times.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        jax_losses.append(jax_trainer.step(contexts.astype(np.int32), targets.astype(np.int32)))
-        jax_times.append(time.perf_counter() - start)
-        diff = abs(torch_losses[-1] - jax_losses[-1])
+    for step, (inputs, targets) in enumerate(bar, start=1):
+        for name, trainers_of in trainers.items():
+            for trainer, out, spent in zip(trainers_of, losses[name], times[name]):
+                start = time.perf_counter()
+                out.append(trainer.step(inputs, targets))
+                spent.append(time.perf_counter() - start)
         if step == 1:
             bar.set_description("training")
-        bar.set_postfix(torch=f"{torch_losses[-1]:.4f}", jax=f"{jax_losses[-1]:.4f}", diff=f"{diff:.1e}")
+        main_t, main_j = (losses[args.recipe][0][-1], losses[args.recipe][1][-1])
+        bar.set_postfix(torch=f"{main_t:.4f}", jax=f"{main_j:.4f}", diff=f"{abs(main_t - main_j):.1e}")
         if step % args.log_every == 0 or step == 1 or step == args.steps:
-            bar.write(f"step {step:4d}  loss torch {torch_losses[-1]:.6f}  jax {jax_losses[-1]:.6f}  "
-                      f"|diff| {diff:.2e}")
+            bar.write(f"step {step:4d}  " + "  ".join(
+                f"{name}: torch {losses[name][0][-1]:.4f} jax {losses[name][1][-1]:.4f} "
+                f"|diff| {abs(losses[name][0][-1] - losses[name][1][-1]):.1e}" for name in names))
 
-    diffs = np.abs(np.array(torch_losses) - np.array(jax_losses))
-    worst = int(diffs.argmax())
     args.out.mkdir(parents=True, exist_ok=True)
     png = args.out / f"loss_{args.recipe}.png"
     csv_path = args.out / f"losses_{args.recipe}.csv"
+    diffs = {name: np.abs(np.array(losses[name][0]) - np.array(losses[name][1])) for name in names}
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["step", "torch_loss", "jax_loss", "abs_diff", "torch_seconds", "jax_seconds"])
-        for i, row in enumerate(zip(torch_losses, jax_losses, diffs, torch_times, jax_times), start=1):
-            writer.writerow([i, *row])
-    plot(png, torch_losses, jax_losses, f"twinengine char LM (LayerNormMLP blocks), recipe {args.recipe}: PyTorch vs JAX")
+        columns = ["torch_loss", "jax_loss", "abs_diff", "torch_seconds", "jax_seconds"]
+        # The chosen recipe's columns unprefixed, the high-precision run's prefixed "hp_".
+        writer.writerow(["step"] + [("" if name == args.recipe else "hp_") + c for name in names for c in columns])
+        for i in range(args.steps):
+            row = [i + 1]
+            for name in names:
+                row += [losses[name][0][i], losses[name][1][i], diffs[name][i], times[name][0][i], times[name][1][i]]
+            writer.writerow(row)
+    plot(png, losses, unigram, f"twinengine decoder LM ({cfg.layers} TransformerLayers): recipe vs high precision")
 
-    def per_step(times):
-        return statistics.median(times[1:]) * 1e3 if len(times) > 1 else times[0] * 1e3
-
-    print(f"\nloss: start torch {torch_losses[0]:.4f} / jax {jax_losses[0]:.4f}, "
-          f"end torch {torch_losses[-1]:.4f} / jax {jax_losses[-1]:.4f}")
-    print(f"largest |torch - jax| loss difference: {diffs[worst]:.3e} (step {worst + 1}); "
-          f"mean {diffs.mean():.3e}")
-    print(f"time per step (median after the first): torch {per_step(torch_times):.1f} ms, "
-          f"jax {per_step(jax_times):.1f} ms; first step (compile) torch {torch_times[0]:.1f} s, "
-          f"jax {jax_times[0]:.1f} s")
-    print("note: every norm, activation, Linear GEMM and quantization runs the same twinengine kernel in both "
-          "frameworks; the two runs differ only through the ops each framework computes its own way (softmax "
-          "cross-entropy, embedding gradient, residual gradient sums, Adam), whose last-bit differences a "
-          "low-precision recipe can amplify over steps")
+    tail = min(20, args.steps)
+    print(f"\nunigram entropy of the corpus: {unigram:.4f} nats (a model that ignores the context)")
+    for name in names:
+        (tl, jl), (tt, jt), d = losses[name], times[name], diffs[name]
+        worst = int(d.argmax())
+        print(f"{name}: loss start torch {tl[0]:.4f} / jax {jl[0]:.4f}, end torch {tl[-1]:.4f} / jax {jl[-1]:.4f} "
+              f"(mean of the last {tail} steps {np.mean(tl[-tail:]):.4f} / {np.mean(jl[-tail:]):.4f})")
+        print(f"  largest |torch - jax| loss difference {d[worst]:.3e} (step {worst + 1}), mean {d.mean():.3e}")
+        print(f"  time per step (median after the first): torch {per_step_ms(tt):.1f} ms, "
+              f"jax {per_step_ms(jt):.1f} ms; "
+              f"first step (compile) torch {tt[0]:.1f} s, jax {jt[0]:.1f} s")
+    if len(names) == 2:
+        gap = np.array(losses[args.recipe][0]) - np.array(losses[HP][0])
+        print(f"{args.recipe} - high-precision loss (torch, same batches): mean over the last {tail} steps "
+              f"{gap[-tail:].mean():+.4f}, largest |gap| {np.abs(gap).max():.4f}")
+    print("note: every norm, attention, rotary, activation, Linear GEMM and quantization runs the same twinengine "
+          "kernel in both frameworks; the runs differ only through the ops each framework computes its own way "
+          "(softmax cross-entropy, embedding gradient, residual gradient sums, Adam), whose last-bit differences "
+          "training amplifies over steps")
     print(f"wrote {png} and {csv_path}")
 
 

@@ -28,20 +28,30 @@ def corpus(max_chars: int = 2_000_000) -> str:
 
 class CharData:
     """Characters -> ids (vocabulary padded to `vocab_multiple` so block formats can tile the
-    output layer) and (context, next-character) batches."""
+    output layer) and batches of (input, next-character target) sequences."""
 
     def __init__(self, text: str, context: int, vocab_multiple: int = 128) -> None:
         chars = sorted(set(text))
+        self.chars = len(chars)
         self.vocab = -(-len(chars) // vocab_multiple) * vocab_multiple
         self.stoi = {c: i for i, c in enumerate(chars)}
         self.ids = np.array([self.stoi[c] for c in text], dtype=np.int64)
         self.context = context
 
+    def unigram_entropy(self) -> float:
+        """Entropy (nats) of the character frequencies: the loss of the best model that ignores
+        the context, so a loss below it is learned from the context."""
+        p = np.bincount(self.ids) / len(self.ids)
+        p = p[p > 0]
+        return float(-(p * np.log(p)).sum())
+
     def batches(self, batch: int, steps: int, seed: int):
-        """`steps` batches of (contexts (batch, context) int64, targets (batch,) int64)."""
+        """`steps` batches of (inputs (batch, context) int64, targets (batch, context) int64):
+        windows of context + 1 characters at uniformly random positions, the targets being the
+        inputs shifted by one (each position predicts the next character)."""
         rng = np.random.default_rng(seed)
-        starts = np.arange(len(self.ids) - self.context)
+        offsets = np.arange(self.context + 1)
         for _ in range(steps):
-            pos = rng.choice(starts, size=batch)
-            ctx = np.stack([self.ids[p:p + self.context] for p in pos])
-            yield ctx, self.ids[pos + self.context]
+            pos = rng.integers(0, len(self.ids) - self.context, size=batch)
+            window = self.ids[pos[:, None] + offsets]
+            yield window[:, :-1], window[:, 1:]

@@ -1,6 +1,7 @@
-"""The language model in PyTorch: tep.Linear, residual tep.LayerNormMLP(RMSNorm, SwiGLU) blocks and
-a Sequential of basic ops (RMSNorm -> Linear) as the head, under autocast; forward + loss compiled
-with torch.compile(fullgraph=True); Adam written out (as in jax_lm)."""
+"""The language model in PyTorch: token embedding, ``tep.TransformerLayer`` blocks (causal
+self-attention with rotary embeddings, RMSNorm, SwiGLU LayerNormMLP) and a ``Sequential`` of basic
+ops (RMSNorm -> Linear) as the head, under ``autocast``; forward + loss compiled with
+torch.compile(fullgraph=True); Adam written out (as in jax_lm)."""
 
 from __future__ import annotations
 
@@ -9,67 +10,67 @@ import torch
 import torch.nn.functional as F
 
 import twinengine.pytorch as te
+from twinengine.jax import params_to_torch
 from twinengine.pytorch import ops
 from twinengine.recipe import Recipe
 
-from .init import SEEDS, block_seed
-
-
-def _load(param: torch.nn.Parameter, value: np.ndarray) -> None:
-    with torch.no_grad():
-        param.copy_(torch.from_numpy(value))
+from .init import HEAD_SEED, ModelConfig, layer_seed
 
 
 class TorchLM(torch.nn.Module):
-    """embedding -> concat context -> Linear -> [h + LayerNormMLP(h)] x blocks -> RMSNorm -> Linear."""
+    """embedding -> TransformerLayer x layers -> Sequential(RMSNorm, Linear), from the NumPy tree."""
 
-    def __init__(self, params: dict[str, np.ndarray], blocks: int, recipe: Recipe | None,
-                 amax_history_len: int) -> None:
+    def __init__(self, params: dict, cfg: ModelConfig, recipe: Recipe | None, amax_history_len: int) -> None:
         super().__init__()
         self.recipe = recipe
-        self.embedding = torch.nn.Parameter(torch.from_numpy(params["embedding"].copy()))
-        hidden, fan_in = params["proj.weight"].shape
-        self.proj = te.Linear(fan_in, hidden, amax_history_len=amax_history_len, rng_seed=SEEDS["proj"])
-        _load(self.proj.weight, params["proj.weight"])
-        _load(self.proj.bias, params["proj.bias"])
-        self.blocks = torch.nn.ModuleList()
-        for b in range(blocks):
-            ffn = params[f"block{b}.fc2_weight"].shape[1]
-            block = te.LayerNormMLP(hidden, ffn, normalization="RMSNorm", activation="swiglu",
-                                    amax_history_len=amax_history_len, rng_seed=block_seed(b))
-            for name, p in block.named_parameters():
-                _load(p, params[f"block{b}.{name}"])
-            self.blocks.append(block)
-        vocab = params["head.weight"].shape[0]
-        self.head = ops.Sequential(ops.RMSNorm(hidden), ops.Linear(hidden, vocab, amax_history_len=amax_history_len,
-                                                                   rng_seed=SEEDS["head"]))
-        _load(self.head.basic_ops[0].weight, params["head.norm_weight"])
-        _load(self.head.basic_ops[1].weight, params["head.weight"])
-        _load(self.head.basic_ops[2].bias, params["head.bias"])
+        self.embedding = torch.nn.Parameter(torch.empty(cfg.vocab, cfg.hidden))
+        self.layers = torch.nn.ModuleList(
+            te.TransformerLayer(cfg.hidden, cfg.ffn, cfg.heads, hidden_dropout=0.0, attention_dropout=0.0,
+                                self_attn_mask_type="causal", normalization="RMSNorm", activation="swiglu",
+                                attn_input_format="bshd", bias=True, amax_history_len=amax_history_len,
+                                seed=layer_seed(i))
+            for i in range(cfg.layers))
+        self.register_buffer("freqs", te.RotaryPositionEmbedding(cfg.head_dim)(cfg.context), persistent=False)
+        self.head = ops.Sequential(ops.RMSNorm(cfg.hidden),
+                                   ops.Linear(cfg.hidden, cfg.vocab, amax_history_len=amax_history_len,
+                                              rng_seed=HEAD_SEED))
+        # The shared tree -> torch names (twinengine.jax.params_to_torch); the head's basic ops are
+        # loaded by position (Sequential names them basic_ops.<i>).
+        body = {k: v for k, v in params.items() if k != "head"}
+        missing, unexpected = self.load_state_dict(params_to_torch(body), strict=False)
+        parameter_names = {name for name, _ in self.named_parameters() if not name.startswith("head.")}
+        not_loaded = parameter_names & set(missing)
+        if unexpected or not_loaded:
+            raise ValueError(f"parameter tree does not match the model: unexpected {unexpected}, missing {not_loaded}")
+        with torch.no_grad():
+            norm, linear, bias = self.head.basic_ops
+            norm.weight.copy_(torch.from_numpy(params["head"]["norm_weight"]))
+            linear.weight.copy_(torch.from_numpy(params["head"]["weight"]))
+            bias.bias.copy_(torch.from_numpy(params["head"]["bias"]))
 
-    def forward(self, contexts: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         with te.autocast(enabled=self.recipe is not None, recipe=self.recipe):
-            h = self.proj(self.embedding[contexts].reshape(contexts.shape[0], -1))
-            for block in self.blocks:
-                h = h + block(h)
-            logits = self.head(h)
-        return F.cross_entropy(logits, targets)
+            h = self.embedding[inputs]  # (batch, context, hidden), "bshd"
+            for layer in self.layers:
+                h = layer(h, rotary_pos_emb=self.freqs)
+            logits = self.head(h.reshape(-1, h.shape[-1]))
+        return F.cross_entropy(logits, targets.reshape(-1))
 
 
 class TorchTrainer:
     """One compiled forward per step, eager backward, Adam."""
 
-    def __init__(self, params, blocks: int, recipe, amax_history_len: int, lr: float,
+    def __init__(self, params: dict, cfg: ModelConfig, recipe: Recipe | None, amax_history_len: int, lr: float,
                  backend: str = "inductor") -> None:
-        self.model = TorchLM(params, blocks, recipe, amax_history_len)
+        self.model = TorchLM(params, cfg, recipe, amax_history_len)
         self.loss_fn = torch.compile(self.model, fullgraph=True, backend=backend)
         self.lr = lr
         self.moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in self.model.parameters()]
         self.t = 0
 
-    def step(self, contexts: np.ndarray, targets: np.ndarray) -> float:
+    def step(self, inputs: np.ndarray, targets: np.ndarray) -> float:
         self.model.zero_grad(set_to_none=True)
-        loss = self.loss_fn(torch.from_numpy(contexts), torch.from_numpy(targets))
+        loss = self.loss_fn(torch.from_numpy(inputs), torch.from_numpy(targets))
         loss.backward()
         self.t += 1
         b1, b2, eps = 0.9, 0.999, 1e-8

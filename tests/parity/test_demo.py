@@ -1,5 +1,6 @@
-"""The demo (python -m demo) runs end to end: both frameworks train, start from the same loss
-(the same parameters, batch and twinengine kernels), and the PNG and CSV are written."""
+"""The demo (python -m demo) runs end to end: a small decoder (TransformerLayer blocks) trains in
+both frameworks under a recipe and in high precision, every run starts from the same loss (the
+same parameters, batch and twinengine kernels), and the PNG and CSV are written."""
 
 import csv
 import pathlib
@@ -10,15 +11,28 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_demo_trains_both_frameworks_from_the_same_loss(tmp_path):
+    # One small layer keeps the four compiles (2 frameworks x 2 precisions) short.
     result = subprocess.run(
         [sys.executable, "-m", "demo", "--recipe", "mxfp8", "--steps", "3", "--torch-backend", "aot_eager",
+         "--layers", "1", "--hidden", "64", "--heads", "2", "--ffn", "64", "--context", "32", "--batch", "8",
          "--out", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+        cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "loss_mxfp8.png").stat().st_size > 0
     with (tmp_path / "losses_mxfp8.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 3
-    # Step 1: identical parameters and batch; only the frameworks' own cross-entropy differs.
-    assert abs(float(rows[0]["torch_loss"]) - float(rows[0]["jax_loss"])) < 1e-5
-    assert float(rows[-1]["torch_loss"]) < float(rows[0]["torch_loss"])
+    for prefix in ("", "hp_"):
+        # Step 1: identical parameters and batch; only the frameworks' own cross-entropy differs.
+        assert abs(float(rows[0][prefix + "torch_loss"]) - float(rows[0][prefix + "jax_loss"])) < 1e-5
+        assert float(rows[-1][prefix + "torch_loss"]) < float(rows[0][prefix + "torch_loss"])
+        assert float(rows[-1][prefix + "jax_loss"]) < float(rows[0][prefix + "jax_loss"])
+    # The recipe quantizes: its first loss is not the high-precision one.
+    assert rows[0]["torch_loss"] != rows[0]["hp_torch_loss"]
+
+
+def test_demo_rejects_sizes_the_recipe_cannot_tile():
+    result = subprocess.run([sys.executable, "-m", "demo", "--recipe", "fp8-block", "--hidden", "96"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "recipe fp8-block needs --hidden a multiple of 128, got 96" in result.stderr
