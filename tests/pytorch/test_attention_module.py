@@ -124,3 +124,24 @@ def test_compile_fullgraph_equals_eager_dynamic_seq():
         for a, b in zip(grads_c, grads_e):
             torch.testing.assert_close(a, b, atol=0, rtol=0)
     assert counter.frame_count == 1
+
+
+def test_compiled_same_tensor_for_q_k_v_and_one_cu_seqlens():
+    """Self-attention passes one tensor as q, k and v and one cu_seqlens for q and kv:
+    torch.compile(fullgraph=True) traces it (no duplicate-input graph break), same bytes as eager."""
+    mod = tep.DotProductAttention(2, 8, attn_mask_type="padding_causal", qkv_format="thd")
+    cu = torch.tensor([0, 3, 9], dtype=torch.int32)
+
+    def fwd(x):
+        return mod(x, x, x, cu_seqlens_q=cu, cu_seqlens_kv=cu)
+
+    compiled = torch.compile(fwd, fullgraph=True, backend="aot_eager")
+    x = torch.randn(9, 2, 8)
+    outs = []
+    for fn in (fwd, compiled):
+        xs = x.clone().requires_grad_()
+        y = fn(xs)
+        y.square().sum().backward()
+        outs.append((y.detach(), xs.grad))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)

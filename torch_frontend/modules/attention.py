@@ -109,6 +109,14 @@ class DotProductAttention(torch.nn.Module):
                                      f"got {tuple(m.shape)}")
                 lens.append((~m).reshape(b, s).sum(dim=1).to(torch.int32))
             seqlens_q, seqlens_kv = lens
+        # autograd.Function.apply under Dynamo takes distinct tensors: a repeated one (self-attention's
+        # q = k = v, one cu_seqlens for q and kv) goes in as a copy
+        key_layer = key_layer.clone() if key_layer is query_layer else key_layer
+        value_layer = value_layer.clone() if value_layer is query_layer or value_layer is key_layer else value_layer
+        if seqlens_kv is not None and seqlens_kv is seqlens_q:
+            seqlens_kv = seqlens_kv.clone()
+        if cu_seqlens_kv is not None and cu_seqlens_kv is cu_seqlens_q:
+            cu_seqlens_kv = cu_seqlens_kv.clone()
         dropout_p = self.attention_dropout if self.training else 0.0
         fp8, rng = self._call_state(dropout_p > 0.0, (query_layer, key_layer, value_layer))
         out = _DotProductAttentionFn.apply(query_layer, key_layer, value_layer, seqlens_q, seqlens_kv, rng,
