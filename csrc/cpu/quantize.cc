@@ -19,7 +19,7 @@ namespace {
 
 using numerics::FP8Format;
 
-constexpr int64_t kTile = 32;  // transpose tile for columnwise copies
+constexpr int64_t kTile = 128;  // row strip of the per-tensor cast: its columnwise runs are 128 bytes
 
 // ---- Vectorized loops (TWE_CPU_CLONES: one clone per x86 level, picked at load time) ---------
 
@@ -35,6 +35,79 @@ constexpr int64_t kTile = 32;  // transpose tile for columnwise copies
 typedef uint32_t U32x16 __attribute__((vector_size(64)));
 typedef uint16_t U16x16 __attribute__((vector_size(32)));
 typedef uint16_t U16x32 __attribute__((vector_size(64)));
+
+typedef float F32x16 __attribute__((vector_size(64)));
+typedef int32_t I32x16 __attribute__((vector_size(64)));
+typedef uint8_t U8x16 __attribute__((vector_size(16)));
+
+/*! 16 elements widened to fp32 (exactly, as to_float). */
+template <typename T>
+__attribute__((always_inline)) inline F32x16 load_f32x16(const T* p) {
+  F32x16 v;
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(&v, p, sizeof(v));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    U16x16 h;
+    std::memcpy(&h, p, sizeof(h));
+    v = reinterpret_cast<F32x16>(__builtin_convertvector(h, U32x16) << 16);
+  } else {
+    for (int j = 0; j < 16; ++j) v[j] = to_float(p[j]);
+  }
+  return v;
+}
+
+/*! numerics::amax_key of 16 lanes. */
+__attribute__((always_inline)) inline U32x16 amax_keys(F32x16 v) {
+  const U32x16 a = reinterpret_cast<U32x16>(v) & 0x7FFFFFFFu;
+  return a > 0x7F800000u ? U32x16{} : a;
+}
+
+/*! Largest of 16 lanes. */
+__attribute__((always_inline)) inline uint32_t max_lane(U32x16 v) {
+  typedef uint32_t U32x8 __attribute__((vector_size(32)));
+  typedef uint32_t U32x4 __attribute__((vector_size(16)));
+  const U32x8 lo8 = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+  const U32x8 hi8 = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const U32x8 m8 = lo8 > hi8 ? lo8 : hi8;
+  const U32x4 lo4 = __builtin_shufflevector(m8, m8, 0, 1, 2, 3);
+  const U32x4 hi4 = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
+  const U32x4 m4 = lo4 > hi4 ? lo4 : hi4;
+  uint32_t m = m4[0];
+  for (int j = 1; j < 4; ++j) m = m4[j] > m ? m4[j] : m;
+  return m;
+}
+
+/*! numerics::float_to_fp8<F> of 16 lanes: the same integer and fp32 operations on every lane
+ *  (both the normal and the subnormal code are computed, the scalar code's selects pick one). */
+template <FP8Format F>
+__attribute__((always_inline)) inline U32x16 fp8_codes(F32x16 v) {
+  using Tr = numerics::FP8Traits<F>;
+  const U32x16 u = reinterpret_cast<U32x16>(v);
+  const U32x16 sign = (u >> 24) & 0x80u;
+  const U32x16 a = u & 0x7FFFFFFFu;
+  constexpr int kShift = 23 - Tr::kMantissaBits;
+  const U32x16 rounded = (a + ((1u << (kShift - 1)) - 1u) + ((a >> kShift) & 1u)) >> kShift;
+  const U32x16 normal = rounded - (static_cast<uint32_t>(127 - Tr::kBias) << Tr::kMantissaBits);
+  const U32x16 clamped = a < Tr::kMinNormalBits ? a : U32x16{} + Tr::kMinNormalBits;
+  const F32x16 scaled = reinterpret_cast<F32x16>(clamped) * Tr::kSubnormalInvStep;
+  const F32x16 shifted = scaled + 12582912.0f;  // numerics::round_half_even
+  const F32x16 nearest = shifted - 12582912.0f;
+  const U32x16 subnormal = reinterpret_cast<U32x16>(__builtin_convertvector(nearest, I32x16));
+  U32x16 code = a < Tr::kMinNormalBits ? subnormal : normal;
+  // Saturation (finite overflow and ±inf) as two selects: an OR of two lane masks is lowered lane
+  // by lane by GCC 12.
+  const U32x16 max_code = U32x16{} + Tr::kMaxCode;
+  code = code > static_cast<uint32_t>(Tr::kMaxCode) ? max_code : code;
+  code = a >= Tr::kMaxBits ? max_code : code;
+  code |= sign;
+  return a > 0x7F800000u ? U32x16{} + 0x7Fu : code;
+}
+
+/*! 16 FP8 codes (one per lane) stored as 16 bytes. */
+__attribute__((always_inline)) inline void store_bytes16(uint8_t* out, U32x16 code) {
+  const U8x16 bytes = __builtin_convertvector(code, U8x16);
+  std::memcpy(out, &bytes, sizeof(bytes));
+}
 
 /*! Max of amax_key over n elements: the NaN-skipping amax as bits (max of integers is exact in
  *  any order, so vector lanes may reduce in any grouping). float: 16 keys per vector; bf16: the
@@ -84,7 +157,9 @@ TWE_CPU_CLONES uint32_t amax_key_run(const T* x, int64_t n) {
 /*! out[i] = FP8(x[i] * scale) for n elements (one scale). */
 template <FP8Format F, typename T>
 TWE_CPU_CLONES void cast_run(const T* x, int64_t n, float scale, uint8_t* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = numerics::float_to_fp8<F>(to_float(x[i]) * scale);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) store_bytes16(out + i, fp8_codes<F>(load_f32x16(x + i) * scale));
+  for (; i < n; ++i) out[i] = numerics::float_to_fp8<F>(to_float(x[i]) * scale);
 }
 
 #if defined(__SSE2__)
@@ -142,61 +217,110 @@ __attribute__((noinline)) void transpose_bytes(const uint8_t* in, int64_t in_str
   }
 }
 
-/*! One row of rowwise MXFP8: the amax key of every element, per 32-element block the E8M0
- *  exponent of the block's amax and its multiplier (spread over the block's elements in
- *  `mult`), then the cast of the whole row. Three loops the compiler vectorizes in full
- *  vectors; `keys` and `mult` hold K entries of scratch. */
+/*! One row of rowwise MXFP8 (K % 32 == 0), a 32-element block at a time in registers: the
+ *  block's amax key, the E8M0 exponent of that amax and its multiplier, then the cast. */
 template <FP8Format F, typename T>
-TWE_CPU_CLONES void mxfp8_row(const T* x, int64_t K, uint8_t* data, uint8_t* scales, uint32_t* keys, float* mult) {
-  for (int64_t i = 0; i < K; ++i) keys[i] = numerics::amax_key(to_float(x[i]));
+TWE_CPU_CLONES void mxfp8_row(const T* x, int64_t K, uint8_t* data, uint8_t* scales) {
   for (int64_t kb = 0; kb < K / 32; ++kb) {
-    uint32_t key = 0;
-    for (int64_t i = 0; i < 32; ++i) key = keys[kb * 32 + i] > key ? keys[kb * 32 + i] : key;
+    const F32x16 v0 = load_f32x16(x + kb * 32), v1 = load_f32x16(x + kb * 32 + 16);
+    const U32x16 k0 = amax_keys(v0), k1 = amax_keys(v1);
+    const uint32_t key = max_lane(k0 > k1 ? k0 : k1);
     const uint8_t e = numerics::mxfp8_block_exponent<F>(numerics::bits_to_float(key));
     const float m = numerics::e8m0_encode_multiplier(e);
-    for (int64_t i = 0; i < 32; ++i) mult[kb * 32 + i] = m;
+    store_bytes16(data + kb * 32, fp8_codes<F>(v0 * m));
+    store_bytes16(data + kb * 32 + 16, fp8_codes<F>(v1 * m));
     scales[kb] = e;
   }
-  for (int64_t i = 0; i < K; ++i) data[i] = numerics::float_to_fp8<F>(to_float(x[i]) * mult[i]);
 }
 
-/*! One 32-row block of columnwise MXFP8 (blocks run down the columns): per column the amax
- *  over the 32 rows, its exponent and multiplier, then the cast. `keys` and `mult` hold K
- *  entries of scratch. */
+/*! keys[k] = max(keys[k], amax keys of x[r * ld + k] for r < rows), k < K: per-column amax as bits. */
+template <typename T>
+TWE_CPU_CLONES void column_keys(const T* x, int64_t rows, int64_t K, int64_t ld, uint32_t* keys) {
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    U32x16 m;
+    std::memcpy(&m, keys + k, sizeof(m));
+    for (int64_t r = 0; r < rows; ++r) {
+      U32x16 a = reinterpret_cast<U32x16>(load_f32x16(x + r * ld + k)) & 0x7FFFFFFFu;
+      a = a > 0x7F800000u ? 0u : a;
+      m = a > m ? a : m;
+    }
+    std::memcpy(keys + k, &m, sizeof(m));
+  }
+  for (; k < K; ++k)
+    for (int64_t r = 0; r < rows; ++r) keys[k] = std::max(keys[k], numerics::amax_key(to_float(x[r * ld + k])));
+}
+
+/*! keys[k] = max over `rows` rows of amax_key(x[r * ld + k]) for k < K: per-column amax as bits. */
+template <typename T>
+void column_amax_keys(const T* x, int64_t rows, int64_t K, int64_t ld, uint32_t* keys) {
+  std::fill(keys, keys + K, 0u);
+  column_keys(x, rows, K, ld, keys);
+}
+
+/*! out[i] = FP8(x[i] * scale[i]) for i < n: one scale per element. */
+template <FP8Format F, typename T>
+__attribute__((always_inline)) inline void cast_scaled(const T* x, int64_t n, const float* scale, uint8_t* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    F32x16 s;
+    std::memcpy(&s, scale + i, sizeof(s));
+    store_bytes16(out + i, fp8_codes<F>(load_f32x16(x + i) * s));
+  }
+  for (; i < n; ++i) out[i] = numerics::float_to_fp8<F>(to_float(x[i]) * scale[i]);
+}
+
+/*! Per block b < n: the E8M0 exponent of its amax (key) and its encode multiplier, 16 lanes at a
+ *  time: numerics::mxfp8_block_exponent (e8m0_round_up of fl(amax · fl(1/M))) and
+ *  numerics::e8m0_encode_multiplier, their branches as selects. */
+template <FP8Format F>
+TWE_CPU_CLONES void mxfp8_exponents(const uint32_t* keys, int64_t n, uint8_t* exps, float* mult) {
+  constexpr float kInvMax = 1.0f / numerics::FP8Traits<F>::kMax;
+  int64_t b = 0;
+  for (; b + 16 <= n; b += 16) {
+    F32x16 amax;
+    std::memcpy(&amax, keys + b, sizeof(amax));
+    const U32x16 u = reinterpret_cast<U32x16>(amax * kInvMax) & 0x7FFFFFFFu;
+    const U32x16 exponent = u >> 23;
+    const U32x16 zero = U32x16{}, one = zero + 1u, top = zero + 254u;
+    U32x16 e = exponent + ((u & 0x7FFFFFu) != 0u ? one : zero);  // rounded up
+    e = e > 254u ? top : e;
+    const U32x16 sub = u <= 0x00400000u ? zero : one;  // subnormal: <= 2^-127 -> 0 (and 0 -> 0)
+    e = exponent == 0u ? sub : e;
+    e = u == 0x7F800000u ? top : e;             // inf
+    e = u > 0x7F800000u ? zero + 255u : e;      // NaN
+    const U32x16 m = e >= 254u ? zero + 0x00400000u : (254u - e) << 23;
+    const U8x16 bytes = __builtin_convertvector(e, U8x16);
+    std::memcpy(exps + b, &bytes, sizeof(bytes));
+    std::memcpy(mult + b, &m, sizeof(m));
+  }
+  for (; b < n; ++b) {
+    const uint8_t e = numerics::mxfp8_block_exponent<F>(numerics::bits_to_float(keys[b]));
+    exps[b] = e;
+    mult[b] = numerics::e8m0_encode_multiplier(e);
+  }
+}
+
+/*! One 32-row block of columnwise MXFP8 (blocks run down the columns), in chunks of 256
+ *  columns (32 KB of fp32 input, in L1 from the amax to the cast): per column the amax over the
+ *  32 rows, its exponent and multiplier, then the cast. `keys` and `mult` hold K entries of
+ *  scratch. */
 template <FP8Format F, typename T>
 TWE_CPU_CLONES void mxfp8_col_block(const T* x, int64_t K, uint8_t* data, uint8_t* scales, uint32_t* keys,
                                     float* mult) {
-  for (int64_t k = 0; k < K; ++k) keys[k] = 0;
-  for (int64_t r = 0; r < 32; ++r)
-    for (int64_t k = 0; k < K; ++k) {
-      const uint32_t key = numerics::amax_key(to_float(x[r * K + k]));
-      keys[k] = key > keys[k] ? key : keys[k];
-    }
-  for (int64_t k = 0; k < K; ++k) {
-    const uint8_t e = numerics::mxfp8_block_exponent<F>(numerics::bits_to_float(keys[k]));
-    scales[k] = e;
-    mult[k] = numerics::e8m0_encode_multiplier(e);
+  constexpr int64_t kChunk = 256;
+  for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
+    const int64_t kc = std::min(kChunk, K - k0);
+    column_amax_keys(x + k0, 32, kc, K, keys + k0);
+    mxfp8_exponents<F>(keys + k0, kc, scales + k0, mult + k0);
+    for (int64_t r = 0; r < 32; ++r) cast_scaled<F>(x + r * K + k0, kc, mult + k0, data + r * K + k0);
   }
-  for (int64_t r = 0; r < 32; ++r)
-    for (int64_t k = 0; k < K; ++k) data[r * K + k] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * mult[k]);
 }
 
-/*! keys[k] = max over `rows` rows of amax_key(x[r * K + k]): per-column amax as bits. */
-template <typename T>
-TWE_CPU_CLONES void column_amax_keys(const T* x, int64_t rows, int64_t K, uint32_t* keys) {
-  for (int64_t k = 0; k < K; ++k) keys[k] = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < K; ++k) {
-      const uint32_t key = numerics::amax_key(to_float(x[r * K + k]));
-      keys[k] = key > keys[k] ? key : keys[k];
-    }
-}
-
-/*! out[r * K + k] = FP8(x[r * K + k] * scale[k]) for `rows` rows: per-column scales. */
+/*! out[r * K + k] = FP8(x[r * ld + k] * scale[k]) for `rows` rows, k < K: per-column scales. */
 template <FP8Format F, typename T>
-TWE_CPU_CLONES void cast_columns(const T* x, int64_t rows, int64_t K, const float* scale, uint8_t* out) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < K; ++k) out[r * K + k] = numerics::float_to_fp8<F>(to_float(x[r * K + k]) * scale[k]);
+TWE_CPU_CLONES void cast_columns(const T* x, int64_t rows, int64_t K, int64_t ld, const float* scale, uint8_t* out) {
+  for (int64_t r = 0; r < rows; ++r) cast_scaled<F>(x + r * ld, K, scale, out + r * K);
 }
 
 template <typename T>
@@ -257,10 +381,7 @@ float format_max(TweFP8Format f) { return f == kTweE5M2 ? numerics::kE5M2Max : n
 template <FP8Format F, typename T>
 void mxfp8_rowwise(const T* x, int64_t R, int64_t K, uint8_t* data, uint8_t* scales, int64_t scale_stride) {
   parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-    std::vector<uint32_t> keys(static_cast<size_t>(K));
-    std::vector<float> mult(static_cast<size_t>(K));
-    for (int64_t r = row_begin; r < row_end; ++r)
-      mxfp8_row<F>(x + r * K, K, data + r * K, scales + r * scale_stride, keys.data(), mult.data());
+    for (int64_t r = row_begin; r < row_end; ++r) mxfp8_row<F>(x + r * K, K, data + r * K, scales + r * scale_stride);
   });
 }
 
@@ -271,6 +392,24 @@ void mxfp8_columnwise(const T* x, int64_t R, int64_t K, uint8_t* data, uint8_t* 
     std::vector<float> mult(static_cast<size_t>(K));
     for (int64_t rb = rb_begin; rb < rb_end; ++rb)
       mxfp8_col_block<F>(x + rb * 32 * K, K, data + rb * 32 * K, scales + rb * scale_stride, keys.data(), mult.data());
+  });
+}
+
+/*! Both 1D copies in one pass over x: per 32-row block (in cache after its rows are done) the
+ *  rowwise blocks of its 32 rows, then its columnwise blocks. The per-copy steps are those of
+ *  mxfp8_rowwise and mxfp8_columnwise, so the bytes are theirs. */
+template <FP8Format F, typename T>
+void mxfp8_both(const T* x, int64_t R, int64_t K, uint8_t* row_data, uint8_t* row_scales, int64_t row_stride,
+                uint8_t* col_data, uint8_t* col_scales, int64_t col_stride) {
+  parallel_for(R / 32, R * K, [&](int64_t rb_begin, int64_t rb_end) {
+    std::vector<uint32_t> keys(static_cast<size_t>(K));
+    std::vector<float> mult(static_cast<size_t>(K));
+    for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
+      for (int64_t r = rb * 32; r < rb * 32 + 32; ++r)
+        mxfp8_row<F>(x + r * K, K, row_data + r * K, row_scales + r * row_stride);
+      mxfp8_col_block<F>(x + rb * 32 * K, K, col_data + rb * 32 * K, col_scales + rb * col_stride, keys.data(),
+                         mult.data());
+    }
   });
 }
 
@@ -316,6 +455,10 @@ void mxfp8(const QuantizeArgs& a, const T* x) {
     mxfp8_2d<F>(x, a.rows, a.cols, row_data, row_scales, row_stride, col_data, col_scales, col_stride);
     return;
   }
+  if (row_data && col_data) {
+    mxfp8_both<F>(x, a.rows, a.cols, row_data, row_scales, row_stride, col_data, col_scales, col_stride);
+    return;
+  }
   if (row_data) mxfp8_rowwise<F>(x, a.rows, a.cols, row_data, row_scales, row_stride);
   if (col_data) mxfp8_columnwise<F>(x, a.rows, a.cols, col_data, col_scales, col_stride);
 }
@@ -343,33 +486,68 @@ struct Fp8BlockScaler {
   float operator()(float amax) const { return numerics::scale_from_amax(amax, format_max, epsilon, pow2, inf_value); }
 };
 
-/*! One row of rowwise 1×128 FP8 blocks: every element's amax key, per block its scale (spread
- *  over the block's elements in `scale`; the inverse goes to scale_inv[kb * stride]), then the
- *  cast of the whole row. `keys` and `scale` hold K entries of scratch. */
+/*! One row of rowwise 1×128 FP8 blocks (K % 128 == 0), a block at a time in registers: its
+ *  amax key, its scale (the inverse goes to scale_inv[kb * stride]), then its cast. */
 template <FP8Format F, typename T>
-TWE_CPU_CLONES void fp8_block_row(const T* x, int64_t K, const Fp8BlockScaler& scaler, uint32_t* keys, float* scale,
-                                  uint8_t* data, float* scale_inv, int64_t stride) {
-  for (int64_t i = 0; i < K; ++i) keys[i] = numerics::amax_key(to_float(x[i]));
+TWE_CPU_CLONES void fp8_block_row(const T* x, int64_t K, const Fp8BlockScaler& scaler, uint8_t* data,
+                                  float* scale_inv, int64_t stride) {
+  constexpr int kVecs = kFP8Block / 16;
   for (int64_t kb = 0; kb < K / kFP8Block; ++kb) {
-    uint32_t key = 0;
-    for (int64_t i = 0; i < kFP8Block; ++i) key = keys[kb * kFP8Block + i] > key ? keys[kb * kFP8Block + i] : key;
-    const float s = scaler(numerics::bits_to_float(key));
-    for (int64_t i = 0; i < kFP8Block; ++i) scale[kb * kFP8Block + i] = s;
+    const T* xb = x + kb * kFP8Block;
+    U32x16 keys = amax_keys(load_f32x16(xb));
+    for (int j = 1; j < kVecs; ++j) {
+      const U32x16 k = amax_keys(load_f32x16(xb + 16 * j));
+      keys = k > keys ? k : keys;
+    }
+    const float s = scaler(numerics::bits_to_float(max_lane(keys)));
     scale_inv[kb * stride] = 1.0f / s;
+    for (int j = 0; j < kVecs; ++j)
+      store_bytes16(data + kb * kFP8Block + 16 * j, fp8_codes<F>(load_f32x16(xb + 16 * j) * s));
   }
-  for (int64_t i = 0; i < K; ++i) data[i] = numerics::float_to_fp8<F>(to_float(x[i]) * scale[i]);
+}
+
+/*! Both 1×128 copies in one pass over x: per 128-row block and chunk of up to 1024 columns
+ *  (whole rowwise blocks; 256 KB of bf16 input, in cache from the first step to the last) the
+ *  rowwise blocks of the chunk's 128 row pieces, then the chunk's columnwise blocks: column amax
+ *  keys, scales, the cast with per-column scales, the transposed store. The per-block steps are
+ *  those of the single-copy loops below, so the bytes are theirs. */
+template <FP8Format F, typename T>
+void fp8_block_1d_both(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
+  constexpr int64_t kChunk = 8 * kFP8Block;
+  parallel_for(R / kFP8Block, R * K, [&](int64_t rb_begin, int64_t rb_end) {
+    std::vector<uint32_t> keys(static_cast<size_t>(kChunk));
+    std::vector<float> scale(static_cast<size_t>(kChunk));
+    std::vector<uint8_t> block(static_cast<size_t>(kFP8Block * kChunk));
+    for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
+      const T* xb = x + rb * kFP8Block * K;
+      for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
+        const int64_t kc = std::min(kChunk, K - k0);  // a multiple of 128
+        for (int64_t r = rb * kFP8Block; r < (rb + 1) * kFP8Block; ++r)
+          fp8_block_row<F>(x + r * K + k0, kc, scaler, o.row_data + r * K + k0,
+                           o.row_scales + (k0 / kFP8Block) * o.row_stride + r, o.row_stride);
+        column_amax_keys(xb + k0, kFP8Block, kc, K, keys.data());
+        for (int64_t k = 0; k < kc; ++k) {
+          scale[k] = scaler(numerics::bits_to_float(keys[k]));
+          o.col_scales[rb * o.col_stride + k0 + k] = 1.0f / scale[k];
+        }
+        cast_columns<F>(xb + k0, kFP8Block, kc, K, scale.data(), block.data());
+        transpose_bytes(block.data(), kc, kFP8Block, kc, o.col_data + k0 * R + rb * kFP8Block, R);
+      }
+    }
+  });
 }
 
 /*! 1×128 blocks: rowwise along K, columnwise along R (blocks of the transpose). */
 template <FP8Format F, typename T>
 void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler, const Fp8BlockOutputs& o) {
+  if (o.row_data && o.col_data) {
+    fp8_block_1d_both<F>(x, R, K, scaler, o);
+    return;
+  }
   if (o.row_data) {
     parallel_for(R, R * K, [&](int64_t row_begin, int64_t row_end) {
-      std::vector<uint32_t> keys(static_cast<size_t>(K));
-      std::vector<float> scale(static_cast<size_t>(K));
       for (int64_t r = row_begin; r < row_end; ++r)
-        fp8_block_row<F>(x + r * K, K, scaler, keys.data(), scale.data(), o.row_data + r * K, o.row_scales + r,
-                         o.row_stride);
+        fp8_block_row<F>(x + r * K, K, scaler, o.row_data + r * K, o.row_scales + r, o.row_stride);
     });
   }
   if (o.col_data) {
@@ -379,14 +557,14 @@ void fp8_block_1d(const T* x, int64_t R, int64_t K, const Fp8BlockScaler& scaler
       std::vector<uint8_t> block(static_cast<size_t>(kFP8Block * K));
       for (int64_t rb = rb_begin; rb < rb_end; ++rb) {
         const T* xb = x + rb * kFP8Block * K;
-        column_amax_keys(xb, kFP8Block, K, keys.data());
+        column_amax_keys(xb, kFP8Block, K, K, keys.data());
         for (int64_t k = 0; k < K; ++k) {
           scale[k] = scaler(numerics::bits_to_float(keys[k]));
           o.col_scales[rb * o.col_stride + k] = 1.0f / scale[k];
         }
         // Cast row-major with per-column scales, then store transposed: column k of this row
         // block is one contiguous run of the (K, R) output.
-        cast_columns<F>(xb, kFP8Block, K, scale.data(), block.data());
+        cast_columns<F>(xb, kFP8Block, K, K, scale.data(), block.data());
         transpose_bytes(block.data(), K, kFP8Block, K, o.col_data + rb * kFP8Block, R);
       }
     });
@@ -468,26 +646,6 @@ struct Nvfp4Copy {
   float* amax;
   uint32_t index;  // 0 rowwise, 1 columnwise (the Philox counter's copy bit)
 };
-
-typedef float F32x16 __attribute__((vector_size(64)));
-typedef int32_t I32x16 __attribute__((vector_size(64)));
-typedef uint8_t U8x16 __attribute__((vector_size(16)));
-
-/*! 16 elements widened to fp32 (exactly, as to_float). */
-template <typename T>
-__attribute__((always_inline)) inline F32x16 load_f32x16(const T* p) {
-  F32x16 v;
-  if constexpr (std::is_same_v<T, float>) {
-    std::memcpy(&v, p, sizeof(v));
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    U16x16 h;
-    std::memcpy(&h, p, sizeof(h));
-    v = reinterpret_cast<F32x16>(__builtin_convertvector(h, U32x16) << 16);
-  } else {
-    for (int j = 0; j < 16; ++j) v[j] = to_float(p[j]);
-  }
-  return v;
-}
 
 /*! numerics::float_to_e2m1 of 16 lanes: the same comparisons against the midpoints (a true
  *  comparison is -1 in a lane, so the count is negated), the sign bit, NaN -> 0x7. */
@@ -618,24 +776,6 @@ void nvfp4_rows(const T* c, int64_t rows, int64_t cols, bool two_d, float global
   *out.amax = global_amax;
 }
 
-/*! keys[k] = max(keys[k], amax keys of x[r * K + k] for r < rows): per-column amax as bits. */
-template <typename T>
-TWE_CPU_CLONES void column_keys(const T* x, int64_t rows, int64_t K, uint32_t* keys) {
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    U32x16 m;
-    std::memcpy(&m, keys + k, sizeof(m));
-    for (int64_t r = 0; r < rows; ++r) {
-      U32x16 a = reinterpret_cast<U32x16>(load_f32x16(x + r * K + k)) & 0x7FFFFFFFu;
-      a = a > 0x7F800000u ? 0u : a;
-      m = a > m ? a : m;
-    }
-    std::memcpy(keys + k, &m, sizeof(m));
-  }
-  for (; k < K; ++k)
-    for (int64_t r = 0; r < rows; ++r) keys[k] = std::max(keys[k], numerics::amax_key(to_float(x[r * K + k])));
-}
-
 /*! packed[i * K + k] = E2M1(x[2i][k] · mult[k]) | E2M1(x[2i+1][k] · mult[k]) << 4 for i < 8:
  *  one 16-row block of the columnwise copy, cast with per-column multipliers (K % 16 == 0). */
 template <typename T>
@@ -678,7 +818,7 @@ void nvfp4_columns(const T* x, int64_t R, int64_t K, bool two_d, float global_am
         const int64_t b = rb / kFP4Block;  // block index along the rows of xᵀ
         const T* xb = x + rb * K;
         std::fill(keys.begin(), keys.end(), 0u);
-        column_keys(xb, kFP4Block, K, keys.data());
+        column_keys(xb, kFP4Block, K, K, keys.data());
         if (two_d)  // 16×16 tiles of xᵀ: 16 of its rows (columns k of x) share a block amax
           for (int64_t k0 = 0; k0 < K; k0 += kFP4Block) {
             const uint32_t key = *std::max_element(keys.begin() + k0, keys.begin() + k0 + kFP4Block);
