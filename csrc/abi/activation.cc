@@ -167,6 +167,26 @@ TweStatus twe_activation_backward_dbias_quantize(const TweTensorView* dy, const 
                                                  TweTensorView* dx, TweTensorView* dbias, TweQuantizedTensor* output,
                                                  const TweActivationParams* params, const TweQuantizeParams* qparams,
                                                  TweScalingMode mode, void* stream) {
+  // CPU, per-tensor FP8: dx's amax is taken in the fused dx + dbias pass, then one cast pass.
+  const bool per_tensor = mode == kTweScalingFP8Current || mode == kTweScalingFP8Delayed;
+  if (x != nullptr && x->device == kTweCPU && present(dbias) && per_tensor && output != nullptr &&
+      qparams != nullptr && !present(rng) && (mode == kTweScalingFP8Delayed || !present(scale))) {
+    ActivationArgs args;
+    TweStatus st = check_backward(dy, x, dx, params, dbias, stream, &args);
+    if (st) return st;
+    if (args.rows * args.cols != 0) {
+      st = mode == kTweScalingFP8Current ? check_quantize_fp8_current(dx, output, qparams)
+                                         : check_quantize_fp8_delayed(dx, scale, output, qparams);
+      if (st) return st;
+      const TweActivationQuantize q{mode, mode == kTweScalingFP8Delayed ? scale : nullptr, output, *qparams};
+      const auto run = [&q](const ActivationArgs& a) { return cpu::activation_backward_dbias_quantized(a, q); };
+      const auto no_cuda = [](const ActivationArgs&) {
+        return fail(kTweInternalError, "the fused CPU activation backward was dispatched for a CUDA view");
+      };
+      st = run_on_device(kTweCPU, args, run, no_cuda);
+      return st ? st : succeed();
+    }
+  }
   const TweStatus st = twe_activation_backward_dbias(dy, x, dx, dbias, params, stream);
   if (st) return st;
   return twe_quantize(dx, scale, rng, output, qparams, mode, stream);

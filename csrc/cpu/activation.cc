@@ -90,14 +90,18 @@ void accumulate_lane(float* __restrict__ lane, const T* __restrict__ v, int64_t 
   for (int64_t c = 0; c < n; ++c) lane[c] = lane[c] + to_float(v[c]);
 }
 
-/*! Backward rows of lanes lane_begin .. lane_end - 1 with dbias partials, scalar. */
+/*! Backward rows of lanes lane_begin .. lane_end - 1 with dbias partials, scalar; with `keys`,
+ *  also keys[r] = the max amax_key of dx row r as stored. */
 template <typename T, Activation kKind>
-void backward_dbias_lanes_scalar(const ActivationArgs& a, int64_t lane_begin, int64_t lane_end, float* partials) {
+void backward_dbias_lanes_scalar(const ActivationArgs& a, int64_t lane_begin, int64_t lane_end, float* partials,
+                                 uint32_t* keys) {
   const int64_t k = a.cols;
   for (int64_t lane = lane_begin; lane < lane_end; ++lane) {
     for (int64_t r = lane; r < a.rows; r += numerics::kSumLanes) {
       backward_row_scalar<T, kKind>(a, r);
-      accumulate_lane(partials + lane * k, static_cast<const T*>(a.out->data) + r * k, k);
+      const T* dx = static_cast<const T*>(a.out->data) + r * k;
+      accumulate_lane(partials + lane * k, dx, k);
+      if (keys) keys[r] = amax_key_bits(dx, k);
     }
   }
 }
@@ -119,7 +123,7 @@ using numerics::Activation;
 
 using ForwardRowsFn = void (*)(const ActivationArgs&, int64_t, int64_t, uint32_t*);
 using RowsFn = void (*)(const ActivationArgs&, int64_t, int64_t);
-using LanesFn = void (*)(const ActivationArgs&, int64_t, int64_t, float*);
+using LanesFn = void (*)(const ActivationArgs&, int64_t, int64_t, float*, uint32_t*);
 
 /*! The forward / backward / dbias row loops of (T, K) on the widest variant (simd::elementwise_isa()). */
 template <typename T, Activation K>
@@ -193,14 +197,14 @@ void backward_typed(const ActivationArgs& a) {
  *  sum is sequential in the row index and the 32 lanes fold as numerics::canonical_fold — the
  *  bytes of activation_backward followed by the bias family's column sum, in one pass. */
 template <typename T, typename U, Activation kKind>
-void backward_dbias_typed(const ActivationArgs& a) {
+void backward_dbias_typed(const ActivationArgs& a, uint32_t* keys) {
   const int64_t k = a.cols, rows = a.rows;
   constexpr int64_t kLanes = numerics::kSumLanes;
   const int64_t lanes = std::min<int64_t>(kLanes, rows);
   std::vector<float> partials(static_cast<size_t>(kLanes * k), 0.0f);
   const LanesFn run = backward_dbias_lanes_fn<T, kKind>();
   parallel_for(lanes, rows * k * 8, [&](int64_t lane_begin, int64_t lane_end) {
-    run(a, lane_begin, lane_end, partials.data());
+    run(a, lane_begin, lane_end, partials.data(), keys);
   });
   U* db = static_cast<U*>(a.dbias->data);
   float fold[kLanes];
@@ -217,11 +221,29 @@ TweStatus activation_backward_dbias(const ActivationArgs& a) {
   return dispatch_high_precision(a.x->dtype, [&](auto tag) {
     return dispatch_high_precision(a.dbias->dtype, [&](auto bias_tag) {
       dispatch_kind(a.kind, [&](auto kind) {
-        backward_dbias_typed<decltype(tag), decltype(bias_tag), decltype(kind)::value>(a);
+        backward_dbias_typed<decltype(tag), decltype(bias_tag), decltype(kind)::value>(a, nullptr);
       });
       return kTweSuccess;
     });
   });
+}
+
+TweStatus activation_backward_dbias_quantized(const ActivationArgs& a, const TweActivationQuantize& q) {
+  ScopedIeeeSubnormals ieee;
+  std::vector<uint32_t> keys(static_cast<size_t>(a.rows), 0u);
+  const TweStatus st = dispatch_high_precision(a.x->dtype, [&](auto tag) {
+    return dispatch_high_precision(a.dbias->dtype, [&](auto bias_tag) {
+      dispatch_kind(a.kind, [&](auto kind) {
+        backward_dbias_typed<decltype(tag), decltype(bias_tag), decltype(kind)::value>(a, keys.data());
+      });
+      return kTweSuccess;
+    });
+  });
+  if (st) return st;
+  uint32_t key = 0;
+  for (uint32_t v : keys) key = v > key ? v : key;
+  const QuantizeArgs qa{a.out, q.scale, nullptr, q.output, q.params, a.rows, a.cols, a.stream};
+  return quantize_fp8_per_tensor_with_amax(qa, numerics::bits_to_float(key));
 }
 
 TweStatus activation_forward_quantized(const ActivationArgs& a, const TweActivationQuantize& q) {
@@ -454,8 +476,8 @@ void backward_rows(const ActivationArgs& a, int64_t begin, int64_t end) {
 
 /*! backward_dbias_lanes_scalar in W lanes: each stored dx row is added to the lane partials. */
 template <typename T, Activation K>
-void backward_dbias_lanes(const ActivationArgs& a, int64_t lane_begin, int64_t lane_end,
-                                          float* partials) {
+void backward_dbias_lanes(const ActivationArgs& a, int64_t lane_begin, int64_t lane_end, float* partials,
+                          uint32_t* keys) {
   const int64_t k = a.cols;
   for (int64_t lane = lane_begin; lane < lane_end; ++lane) {
     float* p = partials + lane * k;
@@ -465,6 +487,7 @@ void backward_dbias_lanes(const ActivationArgs& a, int64_t lane_begin, int64_t l
       int64_t c = 0;
       for (; c + W <= k; c += W) store(p + c, load<F>(p + c) + load_float(dx + c));
       accumulate_lane(p + c, dx + c, k - c);
+      if (keys) keys[r] = amax_key_bits(dx, k);
     }
   }
 }

@@ -45,6 +45,10 @@ TweStatus activation_backward_dbias(const ActivationArgs& args);
  *  the block is in cache, per-tensor FP8 with y's amax taken as each row is written. Same bytes
  *  as activation_forward followed by the quantize kernel. */
 TweStatus activation_forward_quantized(const ActivationArgs& args, const TweActivationQuantize& quantize);
+/*! CPU only: activation_backward_dbias fused with the per-tensor FP8 quantization of dx (mode
+ *  FP8Current / FP8Delayed): dx's amax taken as each row is stored, then one cast pass. Same bytes
+ *  as activation_backward_dbias followed by the quantize kernel. */
+TweStatus activation_backward_dbias_quantized(const ActivationArgs& args, const TweActivationQuantize& quantize);
 }
 
 TWE_ACTIVATION_KERNELS(cpu)
