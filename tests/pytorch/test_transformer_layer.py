@@ -193,6 +193,51 @@ def test_multihead_attention_rotary_matches_float64(fmt):
     assert not torch.equal(plain, out.detach())
 
 
+def _interleave_rows(t, heads, groups, d):
+    """[Q; K; V] rows -> TE's qkv_weight_interleaved layout: per group its queries, key, value."""
+    q, k, v = t.split([heads * d, groups * d, groups * d])
+    per = heads // groups
+    blocks = []
+    for g in range(groups):
+        blocks += [q[g * per * d:(g + 1) * per * d], k[g * d:(g + 1) * d], v[g * d:(g + 1) * d]]
+    return torch.cat(blocks)
+
+
+@pytest.mark.parametrize("heads,groups", [(4, 2), (4, 4), (4, 1)])
+def test_multihead_attention_qkv_weight_interleaved_is_a_row_permutation(heads, groups):
+    """qkv_weight_interleaved=True (TE's default row order) with the rows of a [Q; K; V] module
+    permuted into it: the same bytes out and (permuted) projection gradients; the input gradient
+    (and the norm's, which follow from it) sums over the QKV rows in the permuted order, so it
+    agrees to rounding."""
+    d, hidden = 8, 32
+    mods = [tep.MultiheadAttention(hidden, heads, kv_channels=d, num_gqa_groups=groups, attention_dropout=0.0,
+                                   input_layernorm=True, qkv_format="bshd", qkv_weight_interleaved=inter)
+            for inter in (False, True)]
+    _randomize(mods[0], 18)
+    with torch.no_grad():
+        for name, t in mods[1].named_parameters():
+            src = mods[0].get_parameter(name)
+            t.copy_(_interleave_rows(src, heads, groups, d) if name.startswith("layernorm_qkv.weight")
+                    or name == "layernorm_qkv.bias" else src)
+    x = torch.randn(2, 7, hidden, generator=torch.Generator().manual_seed(19))
+    dy = torch.randn(2, 7, hidden, generator=torch.Generator().manual_seed(20))
+    runs = []
+    for mod in mods:
+        xs = x.clone().requires_grad_()
+        y = mod(xs)
+        y.backward(dy)
+        runs.append((y.detach(), xs.grad, {n: t.grad for n, t in mod.named_parameters()}))
+    (y0, dx0, g0), (y1, dx1, g1) = runs
+    assert_bytes_equal(y1.numpy(), y0.numpy(), "out")
+    torch.testing.assert_close(dx1, dx0, atol=1e-6, rtol=1e-5)
+    for name in g0:
+        if name.startswith("layernorm_qkv.layer_norm_"):
+            torch.testing.assert_close(g1[name], g0[name], atol=1e-5, rtol=1e-5)
+            continue
+        want = _interleave_rows(g0[name], heads, groups, d) if name.startswith("layernorm_qkv.") else g0[name]
+        assert_bytes_equal(g1[name].numpy(), want.numpy(), f"grad {name}")
+
+
 def test_multihead_attention_return_layernorm_output():
     mha = tep.MultiheadAttention(16, 2, attention_dropout=0.0, input_layernorm=True, return_layernorm_output=True,
                                  normalization="RMSNorm", qkv_format="bshd")

@@ -141,7 +141,10 @@ class MultiheadAttention(torch.nn.Module):
         ``layernorm_qkv.weight`` ((H + 2G)·D, hidden_size), ``layernorm_qkv.bias``; without it
         ``qkv.weight``, ``qkv.bias``; then ``proj.weight`` (hidden_size, H·D), ``proj.bias``.
         The QKV rows are ordered [Q; K; V] (H·D, G·D, G·D rows; within each, head-major) — TE's
-        layout with ``qkv_weight_interleaved=False``.
+        layout with ``qkv_weight_interleaved=False`` (the Flax modules' layout). With
+        ``qkv_weight_interleaved=True`` (TE's default) they are grouped per kv head instead:
+        for g < G, the H/G query heads of group g, then its key head, then its value head
+        (a reordering only: the same values as the [Q; K; V] layout with rows permuted).
     Checkpoints: a TE MultiheadAttention state dict of these names loads (``te_migration.py``:
         the projections' delayed-scaling state; TE's FP8-attention metadata is dropped).
     Dtypes: parameters in ``params_dtype``; the computation follows the sub-modules.
@@ -162,7 +165,8 @@ class MultiheadAttention(torch.nn.Module):
     def __init__(self, hidden_size: int, num_attention_heads: int, kv_channels: int | None = None,
                  attention_dropout: float = 0.1, layernorm_epsilon: float = 1e-5, *, attn_mask_type: str = "causal",
                  window_size=None, num_gqa_groups: int | None = None, return_layernorm_output: bool = False,
-                 input_layernorm: bool = False, fuse_qkv_params: bool = True, zero_centered_gamma: bool = False,
+                 input_layernorm: bool = False, fuse_qkv_params: bool = True, qkv_weight_interleaved: bool = False,
+                 zero_centered_gamma: bool = False,
                  bias: bool = True, normalization: str = "LayerNorm", qkv_format: str = "sbhd",
                  softmax_scale: float | None = None, params_dtype: torch.dtype = torch.float32, device=None,
                  amax_history_len: int = 1024, seed: int = 0) -> None:
@@ -178,6 +182,7 @@ class MultiheadAttention(torch.nn.Module):
         self.num_gqa_groups = num_gqa_groups
         self.kv_channels = kv_channels
         self.qkv_format = qkv_format
+        self.qkv_weight_interleaved = bool(qkv_weight_interleaved)
         self.input_layernorm = input_layernorm
         self.return_layernorm_output = return_layernorm_output
         if input_layernorm:
@@ -214,7 +219,10 @@ class MultiheadAttention(torch.nn.Module):
             mixed = self.qkv(hidden_states)
         h, g, d = self.num_attention_heads, self.num_gqa_groups, self.kv_channels
         lead = mixed.shape[:-1]
-        q, k, v = mixed.split([h * d, g * d, g * d], dim=-1)
+        if self.qkv_weight_interleaved:  # rows (G, H/G + 2, D): per group its queries, key, value
+            q, k, v = mixed.reshape(*lead, g, h // g + 2, d).split([h // g, 1, 1], dim=-2)
+        else:  # rows [Q; K; V]
+            q, k, v = mixed.split([h * d, g * d, g * d], dim=-1)
         q, k, v = q.reshape(*lead, h, d), k.reshape(*lead, g, d), v.reshape(*lead, g, d)
         if rotary_pos_emb is not None:
             q_freqs, k_freqs = rotary_pos_emb if isinstance(rotary_pos_emb, (tuple, list)) else (rotary_pos_emb,) * 2

@@ -27,9 +27,10 @@ class TransformerLayer(torch.nn.Module):
         layer_norm_bias,weight,bias}``, ``self_attention.proj.{weight,bias}``,
         ``layernorm_mlp.{layer_norm_weight,layer_norm_bias,fc1_weight,fc1_bias,fc2_weight,fc2_bias}``
         (no ``*layer_norm_bias`` with RMSNorm, no biases with ``bias=False``).
-    Checkpoints: a TE TransformerLayer state dict of these names (``fuse_qkv_params=True``,
-        ``qkv_weight_interleaved=False``) loads, ``_extra_state`` entries included
-        (``te_migration.py``).
+    Checkpoints: a TE TransformerLayer state dict of these names (``fuse_qkv_params=True``)
+        loads, ``_extra_state`` entries included (``te_migration.py``); build the layer with
+        ``qkv_weight_interleaved=True`` for a TE layer saved with TE's default QKV row order
+        (``MultiheadAttention``'s docstring).
     Dtypes: parameters in ``params_dtype``; hidden_states of that dtype.
     Numerics: each block as its module (NUMERICS.md; docs/attention.md for the attention); the
         residual adds are fl(x + r) in x's dtype (AddExtraInput); hidden dropout NUMERICS.md §11.
@@ -53,6 +54,7 @@ class TransformerLayer(torch.nn.Module):
                  self_attn_mask_type: str = "causal", window_size=None, zero_centered_gamma: bool = False,
                  bias: bool = True, activation: str = "gelu", activation_params: dict | None = None,
                  normalization: str = "LayerNorm", attn_input_format: str = "sbhd", fuse_qkv_params: bool = True,
+                 qkv_weight_interleaved: bool = False,
                  softmax_scale: float | None = None, params_dtype: torch.dtype = torch.float32, device: Any = None,
                  amax_history_len: int = 1024, seed: int = 0) -> None:
         super().__init__()
@@ -60,7 +62,8 @@ class TransformerLayer(torch.nn.Module):
         self.self_attention = MultiheadAttention(
             hidden_size, num_attention_heads, kv_channels, attention_dropout, layernorm_epsilon,
             attn_mask_type=self_attn_mask_type, window_size=window_size, num_gqa_groups=num_gqa_groups,
-            input_layernorm=True, fuse_qkv_params=fuse_qkv_params, zero_centered_gamma=zero_centered_gamma,
+            input_layernorm=True, fuse_qkv_params=fuse_qkv_params, qkv_weight_interleaved=qkv_weight_interleaved,
+            zero_centered_gamma=zero_centered_gamma,
             bias=bias, normalization=normalization, qkv_format=attn_input_format, softmax_scale=softmax_scale,
             params_dtype=params_dtype, device=device, amax_history_len=amax_history_len, seed=seed)
         self.layernorm_mlp = LayerNormMLP(hidden_size, ffn_hidden_size, layernorm_epsilon, bias=bias,
