@@ -55,7 +55,38 @@ def _attr(value: int | float):
 def _ffi_call(call: KernelCall, inputs) -> list:
     result_types = [jax.ShapeDtypeStruct(spec.shape, jax_dtype(spec.dtype)) for spec in call.outputs]
     attrs = {name: _attr(value) for name, value in call.attrs}
-    return list(jax.ffi.ffi_call(call.ffi_target, result_types, vmap_method="sequential")(*inputs, **attrs))
+    outputs = list(jax.ffi.ffi_call(call.ffi_target, result_types, vmap_method="sequential")(*inputs, **attrs))
+    return _varying_like(inputs, outputs)
+
+
+def _vma(x) -> frozenset:
+    """The manual mesh axes a traced value varies over (empty outside shard_map)."""
+    if not isinstance(x, jax.core.Tracer):
+        return frozenset()
+    mat = getattr(jax.typeof(x), "mat", None)
+    return frozenset(getattr(mat, "varying", ()))
+
+
+def varying_together(*trees):
+    """`trees` with every traced array leaf typed as varying over the union of the manual mesh
+    axes any leaf varies over (``lax.pcast(to="varying")``, what JAX inserts for its own
+    primitives). Called on a custom_vjp's arguments inside ``jax.shard_map(check_vma=True)``:
+    the gradient of a replicated (invariant) argument is then ``psum``-ed by the pcast's
+    transpose, as for a ``jnp`` op. Identity outside shard_map."""
+    leaves, treedef = jax.tree_util.tree_flatten(trees)
+    return treedef.unflatten(_varying_like(leaves, leaves))
+
+
+def _varying_like(inputs, outputs) -> list:
+    """Outputs typed as varying over every manual mesh axis an input varies over: inside
+    ``jax.shard_map(check_vma=True)`` a kernel's results are per-shard values (XLA's FFI call
+    leaves them invariant-typed, which the shard_map's gradients reject)."""
+    axes = frozenset().union(*[_vma(a) for a in inputs if a is not None])
+    if not axes:
+        return outputs
+    return [out if not isinstance(out, jax.core.Tracer) and not isinstance(out, jax.Array)
+            or not (missing := tuple(sorted(axes - _vma(out)))) else jax.lax.pcast(out, missing, to="varying")
+            for out in outputs]
 
 
 def ffi(call: KernelCall, inputs: list) -> list:

@@ -61,7 +61,10 @@ class Rule:
         inputs: (argument name, dims) of each array input, in call order.
         outputs: dims of each output, in order.
         sizes: (factor, size) of every factor.
-        local / reduce / amax: factor names (see the module docstring); amax ⊆ local.
+        local / reduce / amax: factor names (see the module docstring); amax ⊆ local. A
+            factor may be both local and reduce (rows of a norm backward: dx per shard, dweight
+            a partial sum).
+        partial: indices of the outputs that are partial sums when a reduce factor is sharded.
         blocks: the shard extents block formats need.
     """
 
@@ -73,6 +76,7 @@ class Rule:
     reduce: frozenset[str] = frozenset()
     amax: frozenset[str] = frozenset()
     blocks: tuple[Block, ...] = ()
+    partial: tuple[int, ...] = ()
 
     def size(self, factor: str) -> int:
         return dict(self.sizes)[factor]
@@ -119,10 +123,16 @@ def _shardy_rule(rule: Rule, operand_shapes, result_shapes):
     used = whole | {f for dims in (*[d for _, d in rule.inputs], *rule.outputs) for d in dims if len(d) > 1 for f in d}
     compound_sizes = {f: sizes[f] for f in used - whole}
     text = f"{operands} -> {results}"
-    order = list(dict.fromkeys(text.replace("(", " ").replace(")", " ").replace(",", " ").replace("->", " ").split()))
+    order = list(dict.fromkeys(_tokens(text)))
+    in_results = set(_tokens(results))
     options = {"need_replication_factors": tuple(f for f in order if f in (replicated & used) | set(fresh)),
-               "reduction_factors": tuple(f for f in order if f in rule.reduce), **compound_sizes}
+               "reduction_factors": tuple(f for f in order if f in rule.reduce and f not in in_results),
+               **compound_sizes}
     return text, {k: v for k, v in options.items() if v != ()}
+
+
+def _tokens(text: str) -> list[str]:
+    return text.replace("(", " ").replace(")", " ").replace(",", " ").replace("->", " ").split()
 
 
 def _ir_shape(t) -> tuple[int, ...]:
@@ -206,9 +216,9 @@ def partitioned(local: Callable, partial_sum: Callable | None = None):
     on the whole arrays; `sizes` maps each factor of the rule to its extent there) becomes
     ``op(rule, static, *arrays)``, partitioned by `rule` under a sharded jit. `static` is
     hashable. ``partial_sum(static, sizes, *arrays)``, required when the rule has reduce
-    factors, returns ``(outputs, finish)``: the shard's outputs, those without a sharded reduce
-    factor as partial sums (``psum``-ed over its axes), and ``finish(summed outputs)`` the
-    op's outputs."""
+    factors, returns ``(outputs, finish)``: the shard's outputs, those of ``rule.partial`` as
+    partial sums (``psum``-ed over the axes of the sharded reduce factors), and
+    ``finish(summed outputs)`` the op's outputs."""
 
     def body(rule: Rule, static, *arrays):
         return tuple(local(static, dict(rule.sizes), *arrays))
@@ -224,8 +234,7 @@ def partitioned(local: Callable, partial_sum: Callable | None = None):
         _check(rule, mesh, assign)
         amax = _reduced_axes(rule.amax, assign)
         psum = _reduced_axes(rule.reduce, assign)
-        # an output without a sharded reduce factor is a partial sum; one that keeps it is local
-        partial_outputs = [not any(f in rule.reduce and f in assign for d in dims for f in d) for dims in rule.outputs]
+        partial_outputs = [i in rule.partial for i in range(len(rule.outputs))]
 
         sizes = {f: n // _parts(mesh, assign[f]) if f in assign else n for f, n in rule.sizes}
 
@@ -302,3 +311,42 @@ def shards_locally(quantizer) -> bool:
     """Whether a quantize under `quantizer` runs per shard: every format but NVFP4, whose kernel
     forms the global amax itself (an NVFP4 quantize gathers its input)."""
     return quantizer.scaling_mode != "nvfp4"
+
+
+# ---- ops over rows of features (norms, activations, dropout) ----------------------------
+
+def feature_rule(op: str, call, x_shape: Sequence[int], *, hidden_local: bool, quantizer=None,
+                 reduce_rows: bool = False, rows_local: bool = True) -> Rule:
+    """The rule of an op over the rows of x's last dimension (the features), from its kernel
+    call's array names: x-shaped arrays (x, y, dy, dx) carry x's factors, per-feature ones
+    (weight, bias, dweight, dbias) the last, per-row ones (mu, rstd) the rows, the dropout
+    mask the flattened elements (8 a byte), a fused quantization's fields the layout of
+    quantizing y. Rows shard locally (``rows_local``, not with a quantizer that gathers); the
+    features too when ``hidden_local``; with ``reduce_rows`` the per-feature outputs (dweight,
+    dbias) of sharded rows are partial sums; per-tensor amaxes are reduced across rows (and
+    features)."""
+    x_dims = plain_dims("x", x_shape)
+    rows, k = x_dims[:-1], x_dims[-1]
+    named = {"mu": rows, "rstd": rows, "scale": ((),), "rng": ((),),
+             "mask": (tuple(f for d in x_dims for f in d),)}
+    named.update({name: x_dims for name in ("x", "y", "dy", "dx")})
+    named.update({name: (k,) for name in ("weight", "bias", "dweight", "dbias")})
+
+    def dims(name: str) -> Dims:
+        return named[name] if name in named else quantized_dims(quantizer, x_dims, name)
+
+    local = set()
+    if rows_local and (quantizer is None or shards_locally(quantizer)):
+        local |= {f for d in rows for f in d}
+        if hidden_local:
+            local |= set(k)
+    outputs = tuple(spec.name for spec in call.outputs)
+    blocks = quantized_blocks(quantizer, x_dims, "x") if quantizer is not None else ()
+    if "mask" in outputs or "mask" in call.inputs:
+        blocks += (Block("mask", named["mask"][0], 8, "dropout mask byte (8 elements)"),)
+    rows_set = frozenset(f for d in rows for f in d) & frozenset(local)
+    return Rule(op, tuple((name, dims(name)) for name in call.inputs), tuple(dims(name) for name in outputs),
+                factor_sizes([(x_dims, x_shape)]), local=frozenset(local),
+                reduce=rows_set if reduce_rows else frozenset(), amax=frozenset(local), blocks=blocks,
+                partial=tuple(i for i, name in enumerate(outputs) if name in ("dweight", "dbias")) if reduce_rows
+                else ())

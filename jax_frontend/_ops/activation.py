@@ -1,6 +1,12 @@
 """twinengine.jax activation forward / backward / backward + bias gradient over XLA FFI calls
 (no custom_vjp: the fusible ops call them explicitly). Shapes, checks and errors come from
-core/ops/activation.py; a fused quantization is the quantize family's."""
+core/ops/activation.py; a fused quantization is the quantize family's.
+
+Sharded jit (``twinengine.jax.partitioning``): elementwise kinds shard every dimension
+locally, gated kinds the rows only (their [gate | linear] halves need the whole last
+dimension, which runs gathered); the unsharded bytes, a fused per-tensor quantization's amax
+pmax-ed over the sharded axes. activation_bwd_dbias's dbias of sharded rows is an fp32
+partial sum, psum-ed then rounded (NUMERICS.md §12)."""
 
 from __future__ import annotations
 
@@ -9,13 +15,54 @@ import jax.numpy as jnp
 from ...ops.activation import ACTIVATION_BWD, ACTIVATION_BWD_DBIAS, ACTIVATION_FWD, ACTIVATIONS, GATED_ACTIVATIONS
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
-from .._library import dtype_name, ffi, meta
+from .._library import dtype_name, ffi, jax_dtype, meta
+from ..partitioning import feature_rule, partitioned
+from .quantize import run_fused
 
 __all__ = ["ACTIVATIONS", "GATED_ACTIVATIONS", "activation_fwd", "activation_bwd", "activation_bwd_dbias"]
 
 
-def _run(call, arrays: dict) -> list:
-    return ffi(call, [arrays[name] for name in call.inputs])
+_PLANS = {"fwd": ACTIVATION_FWD, "bwd": ACTIVATION_BWD, "bwd_dbias": ACTIVATION_BWD_DBIAS}
+
+
+def _plan(which: str, arrays: dict, attrs: tuple, quantizer: Quantizer | None):
+    """The kernel call of activation_<which> with `quantizer` fused (None: none)."""
+    metas = [meta(arrays[name]) for name in (("x",) if which == "fwd" else ("dy", "x"))]
+    if which == "bwd":
+        return ACTIVATION_BWD.plan(*metas, *attrs)
+    q_arrays = [meta(arrays.get(name)) if quantizer is not None else None for name in ("scale", "rng")]
+    return _PLANS[which].plan(*metas, *attrs, quantizer, *q_arrays)
+
+
+def _run(which: str, arrays: dict, attrs: tuple, quantizer: Quantizer | None = None) -> tuple[list, object]:
+    """Runs the call through its sharding rule: (outputs, the call)."""
+    call = _plan(which, arrays, attrs, quantizer)
+    x = arrays["x"]
+    rule = feature_rule(f"activation_{which}", call, x.shape, hidden_local=attrs[0] not in GATED_ACTIVATIONS,
+                        quantizer=quantizer, reduce_rows=which == "bwd_dbias")
+    outputs = _op(rule, (which, attrs, quantizer, call.inputs), *[arrays[name] for name in call.inputs])
+    return list(outputs), call
+
+
+def _shard(static, sizes, *arrays):
+    which, attrs, quantizer, names = static
+    named = dict(zip(names, arrays))
+
+    def run(q):
+        call = _plan(which, named, attrs, q)
+        return ffi(call, [named[name] for name in call.inputs])
+    return run_fused(run, quantizer, named.get("scale"), named.get("rng"))
+
+
+def _partial(static, sizes, *arrays):
+    """activation_bwd_dbias of a row shard with dbias an fp32 partial sum, rounded after the psum."""
+    which, attrs, quantizer, names = static
+    bias_dtype = attrs[-1]
+    outputs = _shard((which, attrs[:-1] + ("float32",), quantizer, names), sizes, *arrays)
+    return outputs, lambda sums: (sums[0], sums[1].astype(jax_dtype(bias_dtype)), *sums[2:])
+
+
+_op = partitioned(_shard, _partial)
 
 
 def _quantized(specs, arrays, quantizer: Quantizer, shape, dtype: str) -> QuantizedTensor:
@@ -36,8 +83,7 @@ def activation_fwd(x, kind: str, *, limit: float = 7.0, alpha: float = 1.702, qu
         TypeError / ValueError: from the shared core checks.
     """
     x = jnp.asarray(x)
-    call = ACTIVATION_FWD.plan(meta(x), kind, limit, alpha, quantizer, meta(scale), meta(rng))
-    y, *q = _run(call, {"x": x, "scale": scale, "rng": rng})
+    (y, *q), call = _run("fwd", {"x": x, "scale": scale, "rng": rng}, (kind, limit, alpha), quantizer)
     if quantizer is None:
         return y, None
     return y, _quantized(call.outputs[1:], q, quantizer, y.shape, dtype_name(x.dtype))
@@ -51,7 +97,7 @@ def activation_bwd(dy, x, kind: str, *, limit: float = 7.0, alpha: float = 1.702
     Raises:
         TypeError / ValueError: from the shared core checks.
     """
-    (dx,) = _run(ACTIVATION_BWD.plan(meta(dy), meta(x), kind, limit, alpha), {"dy": dy, "x": x})
+    (dx,), _ = _run("bwd", {"dy": dy, "x": x}, (kind, limit, alpha))
     return dx
 
 
@@ -67,9 +113,8 @@ def activation_bwd_dbias(dy, x, kind: str, *, limit: float = 7.0, alpha: float =
         TypeError / ValueError: from the shared core checks.
     """
     bias_name = dtype_name(bias_dtype if bias_dtype is not None else x.dtype)
-    call = ACTIVATION_BWD_DBIAS.plan(meta(dy), meta(x), kind, limit, alpha, bias_name, quantizer, meta(scale),
-                                     meta(rng))
-    dx, dbias, *q = _run(call, {"dy": dy, "x": x, "scale": scale, "rng": rng})
+    (dx, dbias, *q), call = _run("bwd_dbias", {"dy": dy, "x": x, "scale": scale, "rng": rng},
+                                 (kind, limit, alpha, bias_name), quantizer)
     if quantizer is None:
         return dx, dbias, None
     return dx, dbias, _quantized(call.outputs[2:], q, quantizer, x.shape, dtype_name(x.dtype))

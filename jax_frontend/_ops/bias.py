@@ -74,7 +74,7 @@ def bias_grad(dy, dtype):
     dims = plain_dims("x", dy.shape)
     rows = frozenset(f for d in dims[:-1] for f in d)
     rule = Rule("bias_grad", (("dy", dims),), (dims[-1:],), factor_sizes([(dims, dy.shape)]), local=frozenset(dims[-1]),
-                reduce=rows)
+                reduce=rows, partial=(0,))
     (db,) = _bias_grad_op(rule, dtype_name(dtype), dy)
     return db
 

@@ -15,7 +15,7 @@ from ...linear import LinearQuantizers, check_delayed_state, check_linear_shapes
 from ...ops.gemm import gemm_operand
 from ...recipe import Recipe
 from ..autocast import current_recipe
-from .._library import dtype_name
+from .._library import dtype_name, varying_together
 from ..sharding import amax_axes, amax_reduction
 from .bias import bias_add, bias_grad
 from .gemm import gemm
@@ -148,6 +148,7 @@ def dense(x, kernel, bias=None, *, recipe: Recipe | None = None, state: dict | N
     check_linear_shapes(x.shape, kernel.shape[::-1], None if bias is None else jnp.shape(bias))
     if recipe is None:
         recipe = current_recipe()
+    x, kernel, bias = varying_together(x, kernel, bias)
     if recipe is None:
         return _dense(x, kernel, bias)
     qs = linear_quantizers(recipe, dtype_name(x.dtype))

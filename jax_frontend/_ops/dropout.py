@@ -1,10 +1,17 @@
 """twinengine.jax dropout forward / backward over XLA FFI calls (no custom_vjp). Shapes, checks
-and errors come from core/ops/dropout.py."""
+and errors come from core/ops/dropout.py.
+
+Sharded jit (``twinengine.jax.partitioning``): the forward runs replicated (gathered x): each
+element's random bits are a function of its index in the whole tensor (NUMERICS.md §11) and
+the kernel takes no index origin, so a shard cannot draw its elements' bits; the backward
+(a per-element product with the saved mask) shards its leading dimension locally when each
+shard holds whole mask bytes (8 elements)."""
 
 from __future__ import annotations
 
 from ...ops.dropout import DROPOUT_BWD, DROPOUT_FWD
 from .._library import ffi, meta
+from ..partitioning import feature_rule, partitioned
 
 __all__ = ["dropout_fwd", "dropout_bwd"]
 
@@ -19,7 +26,9 @@ def dropout_fwd(x, p: float, rng):
     Raises:
         TypeError / ValueError: from the shared core checks.
     """
-    y, mask = ffi(DROPOUT_FWD.plan(meta(x), p, meta(rng)), [x, rng])
+    call = DROPOUT_FWD.plan(meta(x), p, meta(rng))
+    y, mask = _op(feature_rule("dropout_fwd", call, x.shape, hidden_local=False, rows_local=False),
+                  ("fwd", p), x, rng)
     return y, mask
 
 
@@ -29,5 +38,15 @@ def dropout_bwd(dy, mask, p: float):
     Raises:
         TypeError / ValueError: from the shared core checks.
     """
-    (dx,) = ffi(DROPOUT_BWD.plan(meta(dy), meta(mask), p), [dy, mask])
+    call = DROPOUT_BWD.plan(meta(dy), meta(mask), p)
+    (dx,) = _op(feature_rule("dropout_bwd", call, dy.shape, hidden_local=True), ("bwd", p), dy, mask)
     return dx
+
+
+def _shard(static, sizes, a, b):
+    which, p = static
+    call = DROPOUT_FWD.plan(meta(a), p, meta(b)) if which == "fwd" else DROPOUT_BWD.plan(meta(a), meta(b), p)
+    return ffi(call, [a, b])
+
+
+_op = partitioned(_shard)

@@ -82,7 +82,7 @@ def _gemm_rule(call, a, b, bias, a_columnwise: bool, b_columnwise: bool) -> Rule
     factors = frozenset(f for f, _ in sizes)
     return Rule("gemm", tuple((name, dims[name]) for name in call.inputs), ((a_out, b_out),), sizes,
                 local=factors - {"k"} if plain else frozenset(), reduce=frozenset({"k"}) if plain else frozenset(),
-                blocks=tuple(blocks))
+                blocks=tuple(blocks), partial=(0,))
 
 
 def _gemm_operands(static, arrays):

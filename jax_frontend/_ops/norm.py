@@ -1,6 +1,12 @@
 """twinengine.jax layernorm / rmsnorm / l2norm forward and backward over XLA FFI calls, with an
 optional quantization of y fused into the forward call. Shapes, checks and errors come from
-core/ops/norm.py; no custom_vjp here (the layer functions wrap these)."""
+core/ops/norm.py; no custom_vjp here (the layer functions wrap these).
+
+Sharded jit (``twinengine.jax.partitioning``): rows shard locally (per-row statistics, the
+unsharded bytes; a fused per-tensor quantization's amax is pmax-ed over them); the normalized
+(last) dimension runs gathered, since every row's statistics need the whole row. In the
+backward, dx is per shard and dweight / dbias of sharded rows are fp32 partial sums, psum-ed
+then rounded (within another summation order's tolerance, NUMERICS.md §12)."""
 
 from __future__ import annotations
 
@@ -19,6 +25,13 @@ from ...ops.opdef import KernelCall
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from .._library import dtype_name, ffi, meta
+from ..partitioning import feature_rule, partitioned
+from .quantize import run_fused
+
+
+_FWD = {"layernorm": LAYERNORM_FWD, "rmsnorm": RMSNORM_FWD, "l2norm": L2NORM_FWD}
+_BWD = {"layernorm": LAYERNORM_BWD, "rmsnorm": RMSNORM_BWD, "l2norm": L2NORM_BWD}
+_PARAMS = {"layernorm": ("weight", "bias"), "rmsnorm": ("weight",), "l2norm": ()}
 
 
 def _quantized(call: KernelCall, arrays: list, num_norm_outputs: int, x, quantizer: Quantizer | None
@@ -28,6 +41,58 @@ def _quantized(call: KernelCall, arrays: list, num_norm_outputs: int, x, quantiz
         return None
     return QuantizedTensor(**quantized_fields(call, arrays, num_norm_outputs), quantizer=quantizer,
                            shape=tuple(x.shape), dtype=dtype_name(x.dtype))
+
+
+def _fwd_plan(kind: str, arrays: dict, attrs: tuple, quantizer: Quantizer | None) -> KernelCall:
+    params = [meta(arrays[name]) for name in _PARAMS[kind]]
+    q_arrays = [meta(arrays.get(name)) if quantizer is not None else None for name in ("scale", "rng")]
+    return _FWD[kind].plan(meta(arrays["x"]), *params, *attrs, quantizer, *q_arrays)
+
+
+def _fwd(kind: str, x, params: dict, attrs: tuple, quantizer, scale, rng) -> tuple[list, KernelCall]:
+    x = jnp.asarray(x)
+    arrays = {"x": x, **params, "scale": scale, "rng": rng}
+    call = _fwd_plan(kind, arrays, attrs, quantizer)
+    rule = feature_rule(f"{kind}_fwd", call, x.shape, hidden_local=False, quantizer=quantizer)
+    outputs = _fwd_op(rule, (kind, attrs, quantizer, call.inputs), *[arrays[name] for name in call.inputs])
+    return list(outputs), call
+
+
+def _fwd_shard(static, sizes, *arrays):
+    kind, attrs, quantizer, names = static
+    named = dict(zip(names, arrays))
+
+    def run(q):
+        call = _fwd_plan(kind, named, attrs, q)
+        return ffi(call, [named[name] for name in call.inputs])
+    return run_fused(run, quantizer, named.get("scale"), named.get("rng"))
+
+
+_fwd_op = partitioned(_fwd_shard)
+
+
+def _bwd(kind: str, arrays: dict, attrs: tuple) -> list:
+    call = _BWD[kind].plan(*[meta(a) for a in arrays.values()], *attrs)
+    rule = feature_rule(f"{kind}_bwd", call, arrays["x"].shape, hidden_local=False, reduce_rows=kind != "l2norm")
+    return list(_bwd_op(rule, (kind, attrs, tuple(arrays)), *arrays.values()))
+
+
+def _bwd_shard(static, sizes, *arrays):
+    kind, attrs, _ = static
+    return ffi(_BWD[kind].plan(*[meta(a) for a in arrays], *attrs), list(arrays))
+
+
+def _bwd_partial(static, sizes, *arrays):
+    """dx of the row shard; dweight (, dbias) as fp32 partial sums (weight read in fp32: exact),
+    rounded to weight's dtype after the psum."""
+    kind, attrs, names = static
+    weight = arrays[names.index("weight")]
+    wide = [a.astype(jnp.float32) if name == "weight" else a for name, a in zip(names, arrays)]
+    outputs = _bwd_shard(static, sizes, *wide)
+    return outputs, lambda sums: (sums[0], *[g.astype(weight.dtype) for g in sums[1:]])
+
+
+_bwd_op = partitioned(_bwd_shard, _bwd_partial)
 
 
 def layernorm_fwd(x, weight, bias, eps: float, zero_centered_gamma: bool, *, quantizer: Quantizer | None = None,
@@ -45,11 +110,8 @@ def layernorm_fwd(x, weight, bias, eps: float, zero_centered_gamma: bool, *, qua
     Raises:
         TypeError / ValueError: from the shared core checks (same text as the torch frontend).
     """
-    x = jnp.asarray(x)
-    call = LAYERNORM_FWD.plan(meta(x), meta(weight), meta(bias), eps, zero_centered_gamma, quantizer, meta(scale),
-                              meta(rng))
-    arrays = {"x": x, "weight": weight, "bias": bias, "scale": scale, "rng": rng}
-    outputs = ffi(call, [arrays[name] for name in call.inputs])
+    outputs, call = _fwd("layernorm", x, {"weight": weight, "bias": bias}, (eps, zero_centered_gamma), quantizer,
+                         scale, rng)
     return outputs[0], outputs[1], outputs[2], _quantized(call, outputs, 3, x, quantizer)
 
 
@@ -62,39 +124,31 @@ def layernorm_bwd(dy, x, mu, rstd, weight, zero_centered_gamma: bool):
     Raises:
         TypeError / ValueError: from the shared core checks.
     """
-    call = LAYERNORM_BWD.plan(meta(dy), meta(x), meta(mu), meta(rstd), meta(weight), zero_centered_gamma)
-    dx, dweight, dbias = ffi(call, [dy, x, mu, rstd, weight])
+    dx, dweight, dbias = _bwd("layernorm", {"dy": dy, "x": x, "mu": mu, "rstd": rstd, "weight": weight},
+                              (zero_centered_gamma,))
     return dx, dweight, dbias
 
 
 def rmsnorm_fwd(x, weight, eps: float, zero_centered_gamma: bool, *, quantizer: Quantizer | None = None, scale=None,
                 rng=None):
     """RMSNorm forward: (y, rstd, qt). As ``layernorm_fwd`` without bias and mu."""
-    x = jnp.asarray(x)
-    call = RMSNORM_FWD.plan(meta(x), meta(weight), eps, zero_centered_gamma, quantizer, meta(scale), meta(rng))
-    arrays = {"x": x, "weight": weight, "scale": scale, "rng": rng}
-    outputs = ffi(call, [arrays[name] for name in call.inputs])
+    outputs, call = _fwd("rmsnorm", x, {"weight": weight}, (eps, zero_centered_gamma), quantizer, scale, rng)
     return outputs[0], outputs[1], _quantized(call, outputs, 2, x, quantizer)
 
 
 def rmsnorm_bwd(dy, x, rstd, weight, zero_centered_gamma: bool):
     """RMSNorm backward from the saved rstd: (dx, dweight). As ``layernorm_bwd`` without mu and dbias."""
-    call = RMSNORM_BWD.plan(meta(dy), meta(x), meta(rstd), meta(weight), zero_centered_gamma)
-    dx, dweight = ffi(call, [dy, x, rstd, weight])
+    dx, dweight = _bwd("rmsnorm", {"dy": dy, "x": x, "rstd": rstd, "weight": weight}, (zero_centered_gamma,))
     return dx, dweight
 
 
 def l2norm_fwd(x, eps: float, *, quantizer: Quantizer | None = None, scale=None, rng=None):
     """L2Normalization forward: (y, rstd, qt), y = fl(x · rstd), rstd = 1/sqrt(Σc x² + ε) per row."""
-    x = jnp.asarray(x)
-    call = L2NORM_FWD.plan(meta(x), eps, quantizer, meta(scale), meta(rng))
-    arrays = {"x": x, "scale": scale, "rng": rng}
-    outputs = ffi(call, [arrays[name] for name in call.inputs])
+    outputs, call = _fwd("l2norm", x, {}, (eps,), quantizer, scale, rng)
     return outputs[0], outputs[1], _quantized(call, outputs, 2, x, quantizer)
 
 
 def l2norm_bwd(dy, x, rstd):
     """L2Normalization backward with y = fl(x · rstd) recomputed in fp32 (NUMERICS.md §11): dx."""
-    call = L2NORM_BWD.plan(meta(dy), meta(x), meta(rstd))
-    (dx,) = ffi(call, [dy, x, rstd])
+    (dx,) = _bwd("l2norm", {"dy": dy, "x": x, "rstd": rstd}, ())
     return dx

@@ -81,6 +81,19 @@ def _quantize_shard(static, sizes, x, *rest):
 _quantize_op = partitioned(_quantize_shard)
 
 
+def run_fused(run, quantizer: Quantizer | None, scale, rng) -> tuple:
+    """The outputs of a kernel with a fused quantization of its first output: ``run(q)`` gives
+    the kernel's outputs (its own, then q's fields). Under an amax reduction a per-tensor (or
+    NVFP4) quantizer cannot be fused (the kernel forms the shard's amax): the first output is
+    quantized after the kernel, as ``quantize`` does it there — the same bytes (NUMERICS.md §11:
+    fused == unfused)."""
+    if quantizer is None or not amax_axes() or quantizer.scaling_mode not in ("fp8_current", "fp8_delayed", "nvfp4"):
+        return tuple(run(quantizer))
+    own = tuple(run(None))
+    static = (quantizer, scale is not None, rng is not None)
+    return own + _quantize_shard(static, None, own[0], *[a for a in (scale, rng) if a is not None])
+
+
 def _quantize_local(x, quantizer: Quantizer, scale, rng) -> QuantizedTensor:
     call = QUANTIZE.cached_plan(meta(x), quantizer, meta(scale), meta(rng))
     arrays = {"x": x, "scale": scale, "rng": rng}

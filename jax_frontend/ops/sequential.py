@@ -18,6 +18,7 @@ from ...fusion import (KernelGroup, check_extra_inputs, check_sequential, plan, 
 from ...quantized_tensor import QuantizedTensor
 from .._ops.activation import activation_bwd_dbias
 from ..autocast import current_recipe
+from .._library import varying_together
 from ..sharding import amax_axes, amax_reduction
 from .linear import Linear
 from .op import BasicOperation, OpContext
@@ -206,6 +207,7 @@ def run_ops(ops: Sequence[BasicOperation], params: Sequence[tuple], x: Any, extr
 
     run.defvjp(forward, backward_in_region)
     params = tuple(tuple(p) for p in params)
+    x, params = varying_together(x, params)
     y, extras, state_out = run(x, params, arrays, tuple(extra_inputs))
     out = (y, *extras) if extras else y
     if state is None:

@@ -187,3 +187,138 @@ def test_dense_hlo_gathers_no_high_precision_input(recipe_name):
     args = (_put(m, P("dp", None), x), _put(m, P(None, "tp"), w), _put(m, P("tp"), b))
     hlo = _hlo(lambda x, w, b: tej.dense(x, w, b, recipe=RECIPES[recipe_name]), *args)
     assert not _gathers(hlo), _gathers(hlo)
+
+
+# ---- norms, activations, dropout --------------------------------------------------------
+
+from twinengine.jax._ops.activation import activation_bwd_dbias, activation_fwd  # noqa: E402
+from twinengine.jax._ops.dropout import dropout_bwd, dropout_fwd  # noqa: E402
+from twinengine.jax._ops.norm import layernorm_bwd, layernorm_fwd, rmsnorm_bwd, rmsnorm_fwd  # noqa: E402
+
+FEATURE_SPECS = {"dp8": P("dp", None), "tp8": P(None, "tp"), "dp2tp4": P("dp", "tp")}  # tp8: hidden gathered
+
+
+def _features(shape=(64, 256), seed=1):
+    rng = np.random.default_rng(seed)
+    x = _input(shape, seed=seed)
+    w = jnp.asarray(rng.standard_normal(shape[-1]).astype(np.float32))
+    b = jnp.asarray(rng.standard_normal(shape[-1]).astype(np.float32))
+    dy = jnp.asarray(rng.standard_normal(shape).astype(np.float32))
+    return x, w, b, dy
+
+
+def _norms(x, w, b, dy):
+    q = Float8CurrentScalingQuantizer("e4m3")
+    y, mu, rstd, qt = layernorm_fwd(x, w, b, 1e-5, False, quantizer=q)
+    dx, dw, db = layernorm_bwd(dy, x, mu, rstd, w, False)
+    ry, rrstd, _ = rmsnorm_fwd(x, w, 1e-5, True)
+    rdx, rdw = rmsnorm_bwd(dy, x, rrstd, w, True)
+    exact = {"y": y, "mu": mu, "rstd": rstd, "qt": qt, "dx": dx, "ry": ry, "rdx": rdx}
+    return exact, {"dw": dw, "db": db, "rdw": rdw}
+
+
+def _activations(x, w, b, dy):
+    q = Float8CurrentScalingQuantizer("e4m3")
+    y, qt = activation_fwd(x, "gelu", quantizer=q)
+    gy, _ = activation_fwd(x, "swiglu")
+    dx, dbias, dqt = activation_bwd_dbias(dy, x, "gelu", quantizer=q)
+    dropped, mask = dropout_fwd(x, 0.25, jnp.asarray([7, 3], jnp.uint32))
+    ddx = dropout_bwd(dy, mask, 0.25)
+    exact = {"y": y, "qt": qt, "gy": gy, "dx": dx, "dqt": dqt, "dropped": dropped, "mask": mask, "ddx": ddx}
+    return exact, {"dbias": dbias}
+
+
+@needs_8
+@pytest.mark.parametrize("mesh_name", list(FEATURE_SPECS))
+@pytest.mark.parametrize("family", [_norms, _activations], ids=["norm", "activation"])
+def test_features_sharded_jit_equals_unsharded(mesh_name, family):
+    """Per-row / elementwise outputs are the unsharded bytes; per-feature sums over sharded rows
+    within fp32 summation-order tolerance."""
+    m, spec = mesh(mesh_name), FEATURE_SPECS[mesh_name]
+    x, w, b, dy = _features()
+    fn = jax.jit(family)
+    exact_ref, summed_ref = fn(x, w, b, dy)
+    exact, summed = fn(_put(m, spec, x), w, b, _put(m, spec, dy))
+    assert_bytes_equal(exact, exact_ref)
+    for key in summed_ref:
+        np.testing.assert_allclose(np.asarray(summed[key]), np.asarray(summed_ref[key]), rtol=1e-5, atol=1e-5)
+
+
+@needs_8
+def test_features_hlo_gather_no_rows():
+    m = mesh("dp8")
+    x, w, b, dy = _features()
+    args = (_put(m, P("dp", None), x), w, b, _put(m, P("dp", None), dy))
+    q = Float8CurrentScalingQuantizer("e4m3")
+    for fn in (lambda x, w, b, dy: _norms(x, w, b, dy)[0],
+               lambda x, w, b, dy: (activation_fwd(x, "gelu", quantizer=q), activation_bwd_dbias(dy, x, "gelu"))):
+        hlo = _hlo(fn, *args)
+        assert not _gathers(hlo), _gathers(hlo)
+    # the guard: dropout's forward runs replicated (its bits depend on the global element index)
+    assert _gathers(_hlo(lambda x, w, b, dy: dropout_fwd(x, 0.25, jnp.asarray([7, 3], jnp.uint32)), *args))
+
+
+# ---- layernorm_mlp ----------------------------------------------------------------------
+
+@needs_8
+@pytest.mark.parametrize("recipe_name", ["hp", "current"])
+def test_layernorm_mlp_sharded_jit(recipe_name):
+    """FC1 column-parallel, FC2 row-parallel by the weights' shardings alone: within the fp32
+    summation-order tolerance of the unsharded block (FC2's K is sharded), gradients too."""
+    m = mesh("dp2tp4")
+    rng = np.random.default_rng(3)
+    h, f = 128, 512
+    params = {"layer_norm_weight": jnp.asarray(rng.standard_normal(h).astype(np.float32)),
+              "layer_norm_bias": jnp.asarray(rng.standard_normal(h).astype(np.float32)),
+              "fc1_weight": jnp.asarray((rng.standard_normal((f, h)) / 8).astype(np.float32)),
+              "fc1_bias": jnp.asarray(rng.standard_normal(f).astype(np.float32)),
+              "fc2_weight": jnp.asarray((rng.standard_normal((h, f)) / 16).astype(np.float32)),
+              "fc2_bias": jnp.asarray(rng.standard_normal(h).astype(np.float32))}
+    specs = {"layer_norm_weight": P(), "layer_norm_bias": P(), "fc1_weight": P("tp", None), "fc1_bias": P("tp"),
+             "fc2_weight": P(None, "tp"), "fc2_bias": P()}
+    x = jnp.asarray(rng.standard_normal((64, h)).astype(np.float32))
+    ct = jnp.asarray(rng.standard_normal((64, h)).astype(np.float32))
+    recipe = RECIPES[recipe_name]
+
+    def loss(x, p):
+        y = tej.layernorm_mlp(x, p, activation="gelu", recipe=recipe)
+        return jnp.sum(y * ct), y
+
+    fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+    (_, y_ref), g_ref = fn(x, params)
+    sharded = {k: _put(m, specs[k], v) for k, v in params.items()}
+    (_, y), g = fn(_put(m, P("dp", None), x), sharded)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(y_ref), rtol=1e-5, atol=1e-5)
+    for got, want in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_ref)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+    hlo = _hlo(lambda x, p: loss(x, p)[1], _put(m, P("dp", None), x), sharded)
+    assert not [line for line in _gathers(hlo) if "512" in line], _gathers(hlo)  # no FC1/FC2 weight gathered
+
+
+# ---- shard_map(check_vma=True) ----------------------------------------------------------
+
+@needs_8
+@pytest.mark.parametrize("recipe_name", ["hp", "current"])
+def test_shard_map_check_vma_grad(recipe_name):
+    """Kernel results are typed varying like their inputs and a replicated weight's gradient is
+    psum-ed, so jax.grad through shard_map(check_vma=True) works: data-parallel gradients equal
+    the unsharded ones within fp32 summation-order tolerance."""
+    from twinengine.jax.sharding import amax_reduction  # noqa: PLC0415
+    m = mesh("dp8")
+    x, w, b, ct = _dense_arrays(recipe_name)
+    recipe = RECIPES[recipe_name]
+
+    def local(x, w, b, ct):
+        with amax_reduction("dp"):
+            y = tej.dense(x, w, b, recipe=recipe)
+        return jax.lax.psum(jnp.sum(y * ct), "dp")
+
+    def loss(x, w, b, ct):
+        return jax.shard_map(local, mesh=m, in_specs=(P("dp"), P(), P(), P("dp")), out_specs=P(), check_vma=True)(
+            x, w, b, ct)
+
+    got = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(x, w, b, ct)
+    want = jax.jit(jax.grad(lambda x, w, b, ct: jnp.sum(tej.dense(x, w, b, recipe=recipe) * ct), argnums=(0, 1, 2)))(
+        x, w, b, ct)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-4)
