@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import pathlib
 import statistics
 import time
@@ -49,12 +50,22 @@ RECIPES = {
 }
 MULTIPLE = {"mxfp8": 32, "fp8-block": 128}
 HP = "high-precision"
+FP8_ATTENTION = ("fp8-current", "fp8-delayed")
+
+
+def make_recipe(name: str, fp8_attention: bool = False):
+    """The recipe called `name`; with `fp8_attention`, its ``fp8_dpa`` set (FP8 attention)."""
+    recipe = RECIPES[name]()
+    return dataclasses.replace(recipe, fp8_dpa=True) if fp8_attention and recipe is not None else recipe
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", choices=RECIPES, default="mxfp8", help="quantization recipe (default: mxfp8)")
+    p.add_argument("--fp8-attention", action="store_true",
+                   help="FP8 attention too (the recipe's fp8_dpa: Q, K, V and the probabilities in E4M3, "
+                        "docs/attention.md); fp8-current and fp8-delayed only")
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                    help="also train in high precision, from the same weights and batches (default: on)")
     p.add_argument("--steps", type=int, default=150)
@@ -74,6 +85,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("demo_out"),
                    help="folder for loss_<recipe>.png and losses_<recipe>.csv")
     args = p.parse_args()
+    if args.fp8_attention and args.recipe not in FP8_ATTENTION:
+        p.error(f"--fp8-attention needs --recipe {' or '.join(FP8_ATTENTION)}, got {args.recipe}")
     multiple = MULTIPLE.get(args.recipe)
     if multiple:
         for name, value in (("--hidden", args.hidden), ("--ffn", args.ffn),
@@ -123,7 +136,8 @@ def main() -> None:
     params = init_params(cfg, args.seed)
     names = [args.recipe] + ([HP] if args.baseline and args.recipe != HP else [])
     unigram = data.unigram_entropy()
-    print(f"twinengine demo: recipe(s) {', '.join(names)}; {len(data.ids)} characters of standard-library source, "
+    attention = "FP8 attention" if args.fp8_attention else "high-precision attention"
+    print(f"twinengine demo: recipe(s) {', '.join(names)} ({attention} under the recipe); {len(data.ids)} characters of standard-library source, "
           f"{data.chars} distinct (unigram entropy {unigram:.3f} nats); model {cfg.describe()}; batch "
           f"{args.batch} x {args.context} tokens, {args.steps} steps")
 
@@ -134,8 +148,9 @@ def main() -> None:
 
     torch.set_num_threads(args.torch_threads)
     history = 16
-    trainers = {name: (TorchTrainer(params, cfg, RECIPES[name](), history, args.lr, backend=args.torch_backend),
-                       JaxTrainer(params, cfg, RECIPES[name](), history, args.lr, seed=args.seed))
+    recipes = {name: make_recipe(name, args.fp8_attention) for name in names}
+    trainers = {name: (TorchTrainer(params, cfg, recipes[name], history, args.lr, backend=args.torch_backend),
+                       JaxTrainer(params, cfg, recipes[name], history, args.lr, seed=args.seed))
                 for name in names}
     losses = {name: ([], []) for name in names}
     times = {name: ([], []) for name in names}
@@ -157,8 +172,9 @@ def main() -> None:
                 f"|diff| {abs(losses[name][0][-1] - losses[name][1][-1]):.1e}" for name in names))
 
     args.out.mkdir(parents=True, exist_ok=True)
-    png = args.out / f"loss_{args.recipe}.png"
-    csv_path = args.out / f"losses_{args.recipe}.csv"
+    stem = args.recipe + ("-fp8-attention" if args.fp8_attention else "")
+    png = args.out / f"loss_{stem}.png"
+    csv_path = args.out / f"losses_{stem}.csv"
     diffs = {name: np.abs(np.array(losses[name][0]) - np.array(losses[name][1])) for name in names}
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
@@ -170,7 +186,8 @@ def main() -> None:
             for name in names:
                 row += [losses[name][0][i], losses[name][1][i], diffs[name][i], times[name][0][i], times[name][1][i]]
             writer.writerow(row)
-    plot(png, losses, unigram, f"twinengine decoder LM ({cfg.layers} TransformerLayers): recipe vs high precision")
+    title = f"decoder LM ({cfg.layers} TransformerLayers){', FP8 attention' if args.fp8_attention else ''}: recipe vs high precision"
+    plot(png, losses, unigram, title)
 
     tail = min(20, args.steps)
     print(f"\nunigram entropy of the corpus: {unigram:.4f} nats (a model that ignores the context)")

@@ -11,15 +11,17 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_demo_trains_both_frameworks_from_the_same_loss(tmp_path):
-    # One small layer keeps the four compiles (2 frameworks x 2 precisions) short.
+    # DelayedScaling with FP8 attention: the recipe whose state both frameworks must start equal
+    # (step 1 differs only by the frameworks' cross-entropy). One small layer keeps the four
+    # compiles (2 frameworks x 2 precisions) short.
     result = subprocess.run(
-        [sys.executable, "-m", "demo", "--recipe", "mxfp8", "--steps", "3", "--torch-backend", "aot_eager",
-         "--layers", "1", "--hidden", "64", "--heads", "2", "--ffn", "64", "--context", "32", "--batch", "8",
+        [sys.executable, "-m", "demo", "--recipe", "fp8-delayed", "--fp8-attention", "--steps", "3", "--torch-backend", "aot_eager",
+         "--layers", "1", "--hidden", "64", "--heads", "2", "--ffn", "64", "--context", "16", "--batch", "8",
          "--out", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert (tmp_path / "loss_mxfp8.png").stat().st_size > 0
-    with (tmp_path / "losses_mxfp8.csv").open() as f:
+    assert (tmp_path / "loss_fp8-delayed-fp8-attention.png").stat().st_size > 0
+    with (tmp_path / "losses_fp8-delayed-fp8-attention.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 3
     for prefix in ("", "hp_"):
@@ -36,3 +38,10 @@ def test_demo_rejects_sizes_the_recipe_cannot_tile():
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "recipe fp8-block needs --hidden a multiple of 128, got 96" in result.stderr
+
+
+def test_demo_fp8_attention_needs_a_per_tensor_fp8_recipe():
+    result = subprocess.run([sys.executable, "-m", "demo", "--recipe", "mxfp8", "--fp8-attention"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--fp8-attention needs --recipe fp8-current or fp8-delayed, got mxfp8" in result.stderr
