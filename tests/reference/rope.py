@@ -46,6 +46,9 @@ def sincos_f64_ref(angle) -> tuple[np.ndarray, np.ndarray]:
         quad = k.astype(np.int64) & 3
         s = np.select([quad == 0, quad == 1, quad == 2], [sin_r, cos_r, -sin_r], -cos_r)
         c = np.select([quad == 0, quad == 1, quad == 2], [cos_r, -sin_r, -cos_r], sin_r)
+        tiny = np.abs(np.where(finite, np.asarray(angle, dtype=np.float32).astype(np.float64), 1.0)) < 2.0**-27
+        s = np.where(tiny, np.asarray(angle, dtype=np.float32).astype(np.float64), s)
+        c = np.where(tiny, 1.0, c)
         s = np.where(finite, s, np.nan)
         c = np.where(finite, c, np.nan)
     return s, c

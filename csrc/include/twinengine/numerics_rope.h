@@ -33,7 +33,8 @@ TWE_HOST_DEVICE double rope_round_integer(double v) {
 
 /*! sin / cos of the fp32 `angle`:
  *   1. a = double(angle) (exact). NaN or ±inf -> both NaN.
- *   2. |a| >= 2^24: a = fmod(a, 2π_d) (exact; 2π_d = 0x401921FB54442D18), else unchanged.
+ *   2. |a| < 2^-27: sin = angle, cos = 1 (fdlibm's small-argument path; sin(±0) = ±0).
+ *      |a| >= 2^24: a = fmod(a, 2π_d) (exact; 2π_d = 0x401921FB54442D18), else unchanged.
  *   3. k = round_integer(fl(a · 2/π_d)); r = fl(fl(fl(a − k·P1) − k·P2) − k·P3) with π/2 split
  *      into P1, P2 of 28 significant bits (k·P1, k·P2 exact, a − k·P1 exact) and P3 the next
  *      53 bits.
@@ -53,6 +54,8 @@ TWE_HOST_DEVICE RopeSinCos rope_sincos(float angle) {
     a = std::fmod(a, 6.28318530717958623200e+00);
 #endif
   }
+  // |a| < 2^-27 (fdlibm's small-argument path; also keeps sin(±0) = ±0): sin = a, cos = 1.
+  if (a < 7.450580596923828125e-09 && a > -7.450580596923828125e-09) return RopeSinCos{angle, 1.0f};
   const double two_over_pi = 6.36619772367581382433e-01;
   const double p1 = 1.57079632580280303955e+00;  // 0x3FF921FB54000000
   const double p2 = 9.92093573959351656958e-10;  // 0x3E110B4610000000
