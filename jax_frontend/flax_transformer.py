@@ -95,6 +95,7 @@ class MultiHeadAttention(nn.Module):
     Params: ``layernorm_qkv.{layer_norm_weight, layer_norm_bias, weight, bias}`` with
         input_layernorm, else ``qkv.{weight, bias}``; ``proj.{weight, bias}``. QKV weight rows
         [Q (heads · head_dim); K (groups · head_dim); V (groups · head_dim)].
+    Returns: out, or (out, normalized input) with ``return_layernorm_output`` (input_layernorm only).
     Call: ``rotary_pos_emb`` = freqs (s, 1, 1, d2) for Q and K, or a (q_freqs, k_freqs) pair;
         ``seqlens_q/kv`` (padding masks), ``cu_seqlens_q/kv`` (thd; kv defaults to q), ``deterministic``, ``dropout_rngs``.
     Raises:
@@ -112,6 +113,7 @@ class MultiHeadAttention(nn.Module):
     window_size: Any = None
     qkv_format: str = "sbhd"
     input_layernorm: bool = True
+    return_layernorm_output: bool = False
     normalization: str = "LayerNorm"
     layernorm_epsilon: float = 1e-5
     zero_centered_gamma: bool = False
@@ -125,7 +127,7 @@ class MultiHeadAttention(nn.Module):
                  cu_seqlens_kv=None, deterministic: bool = True, dropout_rngs=None):
         op = "MultiheadAttention"  # the torch module's name: the error texts are shared
         check_attention_block(op, True, self.qkv_format, self.attn_mask_type, self.window_size, self.input_layernorm,
-                              False)
+                              self.return_layernorm_output)
         d, groups, width = attention_heads(op, self.hidden_size, self.num_attention_heads, self.kv_channels,
                                            self.num_gqa_groups)
         normalization_kind(self.normalization)
@@ -135,7 +137,10 @@ class MultiHeadAttention(nn.Module):
         if self.input_layernorm:
             qkv = LayerNormDenseGeneral(features=width, use_bias=self.use_bias, epsilon=self.layernorm_epsilon,
                                         normalization=self.normalization, zero_centered_gamma=self.zero_centered_gamma,
-                                        recipe=self.recipe, param_dtype=self.param_dtype, name="layernorm_qkv")(x)
+                                        return_layernorm_output=self.return_layernorm_output, recipe=self.recipe,
+                                        param_dtype=self.param_dtype, name="layernorm_qkv")(x)
+            if self.return_layernorm_output:
+                qkv, ln_out = qkv
         else:
             qkv = _Linear(width, self.use_bias, self.recipe, self.param_dtype, name="qkv")(x)
         lead = x.shape[:-1]
@@ -159,7 +164,8 @@ class MultiHeadAttention(nn.Module):
                 cu_seqlens_kv=cu_seqlens_kv, deterministic=deterministic,
                 rng=_rng(self, dropout_rngs, "attention") if use_dropout else None)
         ctx = ctx.reshape(lead + (heads * d,))
-        return _Linear(self.hidden_size, self.use_bias, self.recipe, self.param_dtype, name="proj")(ctx)
+        out = _Linear(self.hidden_size, self.use_bias, self.recipe, self.param_dtype, name="proj")(ctx)
+        return (out, ln_out) if self.return_layernorm_output else out
 
 
 class TransformerLayer(nn.Module):

@@ -18,7 +18,7 @@ import torch
 import twinengine as te
 import twinengine.jax as tej
 import twinengine.pytorch as tep
-from twinengine.jax.flax import TransformerLayer
+from twinengine.jax.flax import MultiHeadAttention, TransformerLayer
 
 HIDDEN, FFN, HEADS, GROUPS, S, B = 64, 128, 4, 2, 16, 2
 D = HIDDEN // HEADS
@@ -131,3 +131,45 @@ def test_bad_arguments_give_the_same_error(bad):
         TransformerLayer(**config).init(jax.random.PRNGKey(0), x)
     assert str(torch_error.value).startswith("twinengine.")
     assert str(jax_error.value) == str(torch_error.value)
+
+
+@pytest.mark.parametrize("input_layernorm", [True, False])
+@pytest.mark.parametrize("recipe_name", ["high_precision", "float8_current", "mxfp8"])
+def test_multihead_attention_same_bytes(recipe_name, input_layernorm):
+    """tep.MultiheadAttention == Flax MultiHeadAttention: the qkv Linear path without input
+    layernorm, return_layernorm_output with it, bshd, GQA, rotary (q, k) pair, attention dropout."""
+    recipe = RECIPES[recipe_name]
+    kw = dict(num_gqa_groups=GROUPS, attention_dropout=0.2, input_layernorm=input_layernorm,
+              return_layernorm_output=input_layernorm, normalization="RMSNorm", qkv_format="bshd")
+    torch.manual_seed(1)
+    mha = tep.MultiheadAttention(HIDDEN, HEADS, seed=3, **kw)
+    with torch.no_grad():
+        for p in mha.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((B, S, HIDDEN)).astype(np.float32)
+    dy = rng.standard_normal((B, S, HIDDEN)).astype(np.float32)
+    dropout_rngs = {"attention": jnp.asarray(mha.core_attention.rng_state.numpy())}
+    xt = torch.tensor(x, requires_grad=True)
+    with tep.autocast(recipe, enabled=recipe is not None):
+        out = mha(xt, rotary_pos_emb=_freqs("torch", "pair"))
+    yt = out[0] if input_layernorm else out
+    yt.backward(torch.tensor(dy))
+    module = MultiHeadAttention(hidden_size=HIDDEN, num_attention_heads=HEADS, recipe=recipe, **kw)
+    params = tej.params_from_torch(mha.state_dict())
+    freqs = _freqs("jax", "pair")
+
+    def run(p, v):
+        out = module.apply({"params": p}, v, rotary_pos_emb=freqs, deterministic=False, dropout_rngs=dropout_rngs)
+        return out[0] if input_layernorm else out
+
+    yj, vjp = jax.vjp(jax.jit(run), params, jnp.asarray(x))
+    gp, gx = vjp(jnp.asarray(dy))
+    _bytes_equal(yt.detach().numpy(), yj, "out")
+    if input_layernorm:
+        ln_j = module.apply({"params": params}, jnp.asarray(x), rotary_pos_emb=freqs)[1]
+        _bytes_equal(out[1].detach().numpy(), ln_j, "layernorm output")
+    _bytes_equal(xt.grad.numpy(), gx, "dx")
+    flat = tej.params_to_torch(gp)
+    for name, p in mha.named_parameters():
+        _bytes_equal(p.grad.numpy(), flat[name].numpy(), f"grad {name}")
