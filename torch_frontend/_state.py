@@ -6,7 +6,7 @@ scales, and the [seed, offset] rng buffers of stochastic rounding and dropout.
 must see the values of the first run and must not advance the state again.
 
 - Eager: modules record what a checkpointable forward used (the modules' ``_record`` /
-  ``_recompute``; ``draw_rng_checkpointable`` here for rng-only modules) and replay it.
+  ``_recompute``; ``record_call`` / ``replayed_call`` here for the others) and replay it.
 - Compiled (Dynamo traces the checkpointed region into one higher-order op whose recompute is
   the traced graph itself): the state is read as graph inputs, so the recompute sees the
   first run's values by construction; the writes must happen once, after the region. Inside a
@@ -156,22 +156,3 @@ def replayed_call(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
         f"twinengine.pytorch.{type(module).__name__}: a forward ran inside a backward pass (activation "
         "checkpointing recompute) with inputs this module did not see in a checkpointed forward; the "
         "recomputed forward must be deterministic and see the same inputs")
-
-
-def draw_rng_checkpointable(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-                            name: str = "rng_state") -> torch.Tensor:
-    """``draw_rng`` for modules whose only state is an rng buffer, replayed by eager checkpointing.
-
-    A forward that checkpointing may recompute records the value it drew (``record_call``); the
-    recompute (run by the backward) takes it back (``replayed_call``) instead of drawing again,
-    so the recomputed forward uses the same random bits and the offset advances once.
-    Compiled: ``draw_rng`` (see the module docstring).
-    """
-    if torch.compiler.is_compiling():
-        return draw_rng(module, name)
-    if is_recompute():
-        return replayed_call(module, inputs)
-    value = draw_rng(module, name)
-    if may_be_recomputed():
-        record_call(module, inputs, value.clone())
-    return value
