@@ -322,3 +322,36 @@ def test_shard_map_check_vma_grad(recipe_name):
         x, w, b, ct)
     for g, r in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-4)
+
+
+# ---- attention and rotary embedding -----------------------------------------------------
+
+@needs_8
+@pytest.mark.parametrize("heads", [(4, 4), (8, 4)], ids=["mha", "gqa"])
+def test_attention_and_rope_sharded_jit(heads):
+    """bshd attention sharded on batch (dp) and heads (tp): output and gradients are the
+    unsharded bytes (each (batch, head) pair is its own softmax); with GQA the heads are
+    gathered (still the same bytes). Rope shards batch, sequence and heads."""
+    m = mesh("dp2tp4")
+    h, hkv = heads
+    rng = np.random.default_rng(5)
+    q = jnp.asarray(rng.standard_normal((4, 16, h, 32)).astype(np.float32))
+    k = jnp.asarray(rng.standard_normal((4, 16, hkv, 32)).astype(np.float32))
+    v = jnp.asarray(rng.standard_normal((4, 16, hkv, 32)).astype(np.float32))
+    ct = jnp.asarray(rng.standard_normal((4, 16, h, 32)).astype(np.float32))
+    freqs = tej.RotaryPositionEmbedding(32)(16)
+
+    def loss(q, k, v):
+        q = tej.apply_rotary_pos_emb(q, freqs, tensor_format="bshd")
+        out = tej.dot_product_attention(q, k, v, attn_mask_type="causal")
+        return jnp.sum(out * ct), out
+
+    fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))
+    (_, out_ref), g_ref = fn(q, k, v)
+    spec = P("dp", None, "tp", None)
+    args = [_put(m, spec, a) for a in (q, k, v)]
+    (_, out), g = fn(*args)
+    assert_bytes_equal((out, g), (out_ref, g_ref))
+    if h == hkv:
+        hlo = _hlo(lambda q, k, v: loss(q, k, v)[1], *args)
+        assert not _gathers(hlo), _gathers(hlo)
