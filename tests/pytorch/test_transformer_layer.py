@@ -368,6 +368,23 @@ def test_transformer_layer_matches_float64(case):
     _check_grads(layer, p64, x, x64, out, ref, atol=2e-4, rtol=2e-4)
 
 
+@pytest.mark.parametrize("s", [1, 70])
+def test_transformer_layer_sequence_1_and_past_one_key_block(s):
+    """Sequence 1 and 70 (> the kernel's 64-key block, not a multiple of it) vs float64."""
+    heads, groups, d, b, ffn = 2, 1, 8, 2, 24
+    layer = tep.TransformerLayer(heads * d, ffn, heads, num_gqa_groups=groups, hidden_dropout=0.0,
+                                 attention_dropout=0.0, attn_input_format="bshd")
+    _randomize(layer, 21)
+    p64 = _params64(layer)
+    x = torch.randn(b, s, heads * d, generator=torch.Generator().manual_seed(22)).requires_grad_()
+    x64 = x.detach().double().requires_grad_()
+    out = layer(x)
+    visible = torch.from_numpy(visible_ref("causal", None, s, s, batch=b))
+    ref = _layer64(x64, p64, heads=heads, groups=groups, d=d, visible=visible, fmt="bshd", normalization="LayerNorm",
+                   activation="gelu")
+    _check_grads(layer, p64, x, x64, out, ref, atol=5e-4, rtol=5e-4)
+
+
 def test_transformer_layer_rotary_matches_float64():
     heads, groups, d, b, s, ffn = 2, 1, 16, 2, 7, 32
     layer = tep.TransformerLayer(heads * d, ffn, heads, num_gqa_groups=groups, hidden_dropout=0.0,
