@@ -8,8 +8,8 @@ routing, for 8 and 64 experts:
 Usage: python bench/grouped_linear.py [--repeats N] [--tokens T] [--recipe NAME] [--threads N].
 Prints the best time of each and the median [min–max] over interleaved rounds of loop/grouped
 and plain/grouped (bench/_timing.py). ``--recipe`` (e.g. Float8CurrentScaling, DelayedScaling,
-MXFP8BlockScaling, Float8BlockScaling) runs grouped and loop inside that autocast; plain stays
-high precision. The bench machine is shared: expect noise.
+MXFP8BlockScaling, Float8BlockScaling, NVFP4BlockScaling) runs grouped and loop inside that
+autocast; plain stays high precision. The bench machine is shared: expect noise.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def run(num_experts: int, tokens: int, hidden: int, ffn: int, repeats: int, reci
         lin.weight, lin.bias = weights[g], biases[g]
         linears.append(lin)
     counts = torch.distributions.Multinomial(tokens, torch.ones(num_experts)).sample().to(torch.int32)
-    align = {"MXFP8BlockScaling": 32, "Float8BlockScaling": 128}.get(recipe_name or "", 1)
+    align = {"MXFP8BlockScaling": 32, "Float8BlockScaling": 128, "NVFP4BlockScaling": 16}.get(recipe_name or "", 1)
     if align > 1:  # quantized blocks need aligned splits: round each down, the rest to expert 0
         counts = counts // align * align
         counts[0] += tokens - int(counts.sum())

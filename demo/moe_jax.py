@@ -41,6 +41,10 @@ def route(x, router, topk: int):
 
 
 def experts(params: dict, x, splits):
+    """The experts on the static padded buffer x: its rows past Σ splits (zero padding, dropped
+    by token_combine / moe_unpad_splits) join the last expert's block, so the splits sum to the
+    rows as grouped_dense requires (no host sync: the sizes stay traced)."""
+    splits = splits.at[-1].add(x.shape[0] - splits.sum())
     h = jax.nn.relu(tej.grouped_dense(x, params["kernel1"], splits, params["bias1"]))
     return tej.grouped_dense(h, params["kernel2"], splits, params["bias2"])
 

@@ -30,6 +30,13 @@ def make_experts(num_experts: int, hidden: int, ffn: int) -> ops.Sequential:
                           ops.GroupedLinear(num_experts, ffn, hidden))
 
 
+def full_splits(splits: torch.Tensor, rows: int) -> torch.Tensor:
+    """The padded blocks' sizes with the static buffer's rows past their sum (zero padding,
+    dropped by moe_unpermute / moe_unpad_splits) added to the last expert's block, so they sum
+    to the rows as GroupedLinear requires (no host sync: a tensor expression)."""
+    return torch.cat([splits[:-1], splits[-1:] + (rows - splits.sum())])
+
+
 def local_experts(experts: ops.Sequential, rank: int, ep_size: int) -> ops.Sequential:
     """The experts rank `rank` owns (a contiguous slice), with their parameters copied."""
     fc1, _, fc2 = experts.basic_ops
@@ -56,6 +63,7 @@ def moe_block(x, router_weight, experts, topk: int, align_size: int):
     mask, probs = route(x, router_weight, topk)
     out, _, row_id_map, pad_offsets, splits = tep.moe_permute_and_pad_with_probs(
         x, probs, mask, mask.sum(0), align_size, num_out_tokens=x.shape[0] * topk)
+    splits = full_splits(splits, out.shape[0])
     y = experts(out, splits, splits)
     return tep.moe_unpermute(y, row_id_map, probs, pad_offsets=pad_offsets)
 
@@ -86,6 +94,7 @@ def moe_block_expert_parallel(x, router_weight, experts, topk: int, align_size: 
     compact = tep.moe_sort_chunks_by_index(recv, chunk_sizes, order_t)
     m_splits = recv_counts.sum(0)
     padded, padded_splits = tep.moe_pad_splits(compact, m_splits, align_size)
+    padded_splits = full_splits(padded_splits, padded.shape[0])
     y = experts(padded, padded_splits, padded_splits)
     y = tep.moe_unpad_splits(y, m_splits, align_size, ep_size * n)
     inverse = torch.tensor([order.index(c) for c in range(len(order))], dtype=torch.int32, device=x.device)

@@ -309,6 +309,22 @@ def check_m_splits(m_splits: ArrayMeta, num_gemms: Any) -> None:
         fail(_GROUPED, ValueError, f"m_splits must have {num_gemms} entries (one per GEMM), got {m_splits.shape[0]}")
 
 
+def check_m_split_values(splits: Any, num_rows: int) -> None:
+    """The values of a GroupedLinear's m_splits: x is the concatenation of the G expert blocks,
+    so every split is >= 0 and they sum to the row count (TE's rule). The same sentences are
+    the C kernels' (csrc/abi/gemm.cc, csrc/abi/quantize.cc), which check splits they read on
+    the host (a traced or device split that Python cannot inspect without a sync).
+
+    Raises:
+        ValueError: a negative split, or Σ m_splits != num_rows.
+    """
+    splits = [int(s) for s in splits]
+    if any(s < 0 for s in splits):
+        fail(_GROUPED, ValueError, f"m_splits must be >= 0, got {splits}")
+    if sum(splits) != num_rows:
+        fail(_GROUPED, ValueError, f"m_splits must sum to the {num_rows} rows of the input, got sum {sum(splits)}")
+
+
 def check_grouped_weights(num_gemms: int, weights: Any, biases: Any = None) -> None:
     """The per-GEMM weights (and biases) of a grouped layer: num_gemms of each, one shape.
 
@@ -592,8 +608,8 @@ Shapes: a (M, K) rows in G consecutive blocks of m_splits; b (G, N, K) (fprop: t
     weights) or, b_columnwise, (G, K, N) used transposed (dgrad); bias (G, N); out (M, N).
 Dtypes: high precision (fp32 / bf16 / fp16) operands; m_splits int32 (G,); out fp32/bf16/fp16.
 Numerics: each group's rows are exactly ``gemm`` on those rows (NUMERICS.md §8: fp32
-    accumulation, bias in fp32, one rounding); negative sizes count as 0, blocks are clipped
-    to M, rows past the blocks are 0. m_splits is read by the kernel (no host sync).
+    accumulation, bias in fp32, one rounding). m_splits is read by the kernel (no host sync);
+    the CPU kernel raises ``check_m_split_values``'s error for negative sizes or Σ != M.
 """
 
 

@@ -519,7 +519,8 @@ PAD_OFFSETS = OpDef(
 
 Numerics: padded_counts[e] = roundup(max(c_e, 0), align) (TE's target_tokens_per_expert);
 pad_offsets[e] = Σ_{j<e} (padded_counts[j] − c_j). A static buffer of padded_rows(...) rows holds
-the blocks first; its rows past Σ padded_counts belong to no block (a grouped GEMM gives them 0).
+the blocks first; its rows past Σ padded_counts belong to no block (a GroupedLinear adds them to
+its last split, whose sum must equal the rows).
 """
 
 

@@ -197,6 +197,8 @@ TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_sc
     }
   }
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return fail(kTweInvalidArgument, "GEMM dimensions must be < 2^31");
+  // Host-readable splits are checked here (a device split would need a sync: CUDA clamps them).
+  if (dev == kTweCPU && (st = check_m_split_values(*m_splits, m))) return st;
   GroupedGemmArgs args{a, b, m_splits, (bias && bias->data) ? bias : nullptr, out, fp8 ? a_scale_inv : nullptr,
                        fp8 ? b_scale_inv : nullptr, params->scaling, ragged_k, params->a_k_major != 0,
                        params->b_k_major != 0, groups, m, n, k, stream, params->a_block_2d != 0,

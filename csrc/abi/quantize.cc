@@ -189,6 +189,7 @@ TweStatus twe_grouped_quantize_fp8_current(const TweTensorView* input, const Twe
                                      "host)");
   }
   if ((st = check_m_splits(m_splits))) return st;
+  if ((st = check_m_split_values(*m_splits, rows(*input)))) return st;
   if (!(params->amax_epsilon >= 0.0f)) return fail(kTweInvalidArgument, "amax_epsilon must be >= 0");
   const int64_t r = rows(*input), k = cols(*input), groups = m_splits->shape[0];
   const TweDType dt = fp8_dtype(params->format);
@@ -217,6 +218,7 @@ TweStatus twe_grouped_quantize_fp8_delayed(const TweTensorView* input, const Twe
                                      "host)");
   }
   if ((st = check_m_splits(m_splits))) return st;
+  if ((st = check_m_split_values(*m_splits, rows(*input)))) return st;
   const int64_t r = rows(*input), k = cols(*input), groups = m_splits->shape[0];
   if ((st = check_view(scale, "scale", kTweFloat32, -1, groups, kTweCPU))) return st;
   const TweDType dt = fp8_dtype(params->format);
@@ -244,6 +246,7 @@ TweStatus twe_grouped_quantize_fp8_block(const TweTensorView* input, const TweTe
                                      "the host)");
   }
   if ((st = check_m_splits(m_splits))) return st;
+  if ((st = check_m_split_values(*m_splits, rows(*input)))) return st;
   if (!(params->amax_epsilon >= 0.0f)) return fail(kTweInvalidArgument, "amax_epsilon must be >= 0");
   const int64_t r = rows(*input), k = cols(*input);
   if (k % numerics::kFP8BlockSize != 0) {
@@ -274,6 +277,7 @@ TweStatus twe_grouped_quantize_mxfp8(const TweTensorView* input, const TweTensor
                                      "host)");
   }
   if ((st = check_m_splits(m_splits))) return st;
+  if ((st = check_m_split_values(*m_splits, rows(*input)))) return st;
   const int64_t r = rows(*input), k = cols(*input);
   if (k % 32 != 0) return fail(kTweInvalidArgument, "MXFP8 needs K to be a multiple of 32, got " + shape_string(*input));
   const TweDType dt = fp8_dtype(params->format);
@@ -305,6 +309,7 @@ TweStatus twe_grouped_quantize_nvfp4(const TweTensorView* input, const TweTensor
                                      "host)");
   }
   if ((st = check_m_splits(m_splits))) return st;
+  if ((st = check_m_split_values(*m_splits, rows(*input)))) return st;
   const int64_t r = rows(*input), k = cols(*input);
   if (k % numerics::kNVFP4BlockSize != 0) {
     return fail(kTweInvalidArgument, "NVFP4 needs K to be a multiple of 16, got " + shape_string(*input));

@@ -1181,7 +1181,7 @@ TweStatus grouped_quantize_nvfp4(const QuantizeArgs& a, const TweTensorView& m_s
     seed = rng_word(*a.rng, 0);
     offset = rng_word(*a.rng, 1);
   }
-  // Scale padding and the rows past the blocks are zero (defined bytes in both frontends).
+  // Scale padding is zero (defined bytes in both frontends).
   for (const TweTensorView* v : {&o.rowwise_scale_inv, &o.columnwise_scale_inv})
     std::memset(v->data, 0, static_cast<size_t>(numel(*v)));
   int64_t start = 0, row_scales = 0, col_scales = 0;
@@ -1226,8 +1226,6 @@ TweStatus grouped_quantize_nvfp4(const QuantizeArgs& a, const TweTensorView& m_s
     row_scales += row_count;
     col_scales += col_count;
   }
-  for (const TweTensorView* v : {&o.rowwise_data, &o.columnwise_data})
-    std::memset(static_cast<uint8_t*>(v->data) + start * k / 2, 0, static_cast<size_t>(numel(*v) - start * k / 2));
   return kTweSuccess;
 }
 

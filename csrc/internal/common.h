@@ -73,6 +73,27 @@ inline TweTensorView view_2d(const TweTensorView& v, int64_t offset, int64_t row
   return s;
 }
 
+/*! The values of a GroupedLinear's m_splits read on the host (int32 (G,), a CPU view): every
+ *  size >= 0 and Σ = rows — x is the concatenation of the G blocks. The sentences of
+ *  core/ops/gemm.py check_m_split_values, for splits Python could not inspect (traced). */
+inline TweStatus check_m_split_values(const TweTensorView& m_splits, int64_t rows) {
+  const int32_t* splits = static_cast<const int32_t*>(m_splits.data);
+  std::string list = "[";
+  int64_t sum = 0;
+  bool negative = false;
+  for (int64_t g = 0; g < m_splits.shape[0]; ++g) {
+    list += (g ? ", " : "") + std::to_string(splits[g]);
+    negative = negative || splits[g] < 0;
+    sum += splits[g];
+  }
+  if (negative) return fail(kTweInvalidArgument, "m_splits must be >= 0, got " + list + "]");
+  if (sum != rows) {
+    return fail(kTweInvalidArgument, "m_splits must sum to the " + std::to_string(rows) + " rows of the input, got sum " +
+                                         std::to_string(sum));
+  }
+  return kTweSuccess;
+}
+
 /*! Makes `stream` (a `const TweCpuExecutor*`, or NULL for the default) the executor of the CPU
  *  kernels this thread runs until the scope ends (csrc/internal/cpu.h parallel_for reads it). */
 class CpuStreamScope {

@@ -22,10 +22,10 @@ from ...ops.gemm import (
     check_grouped_delayed_state,
     check_grouped_rng,
     check_grouped_weights,
+    check_m_split_values,
     check_m_splits,
     grouped_quantizers,
 )
-from ...ops.permute import check_split_values
 from ...ops.quantize import GROUPED_QUANTIZE, ArrayMeta
 from .._library import dtype_name, ffi, meta
 from ..autocast import current_recipe
@@ -202,7 +202,8 @@ def grouped_dense(x, kernels, group_sizes, bias=None, *, state: dict | None = No
         the forward, grad slots from the backward) — use it instead of applying it.
     Raises:
         TypeError / ValueError: the shared core checks (as grouped_linear); for concrete CPU
-            group_sizes also Σ > rows or a negative size; TypeError inside an autocast region
+            group_sizes also Σ != rows or a negative size (traced: the CPU kernel fails the call
+            with that text); TypeError inside an autocast region
             with a recipe whose grouped path is not built; delayed state missing or misshapen;
             ValueError: stochastic rounding without rng.
     """
@@ -221,7 +222,7 @@ def grouped_dense(x, kernels, group_sizes, bias=None, *, state: dict | None = No
     x2 = jnp.asarray(x).reshape(-1, x.shape[-1])
     splits = group_sizes.astype(jnp.int32)
     if not isinstance(splits, jax.core.Tracer) and all(d.platform == "cpu" for d in splits.devices()):
-        check_split_values("grouped_linear", np.asarray(splits).tolist(), x2.shape[0])
+        check_m_split_values(np.asarray(splits).tolist(), x2.shape[0])
     w = jnp.transpose(kernels, (0, 2, 1))
     bias = None if bias is None else jnp.asarray(bias)
     if qs is None:

@@ -10,8 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...fusion.ops import OpDesc, check_features, check_input_kind, check_param_shape
-from ...ops.gemm import check_grouped_weights, check_m_splits, grouped_quantizers
-from ...ops.permute import check_split_values
+from ...ops.gemm import check_grouped_weights, check_m_split_values, check_m_splits, grouped_quantizers
 from ...ops.quantize import ArrayMeta
 from ...quantized_tensor import QuantizedTensor
 from .._ops.grouped_dense import _grouped_bwd, _grouped_fp8_bwd, _grouped_fp8_fwd, _grouped_fwd
@@ -31,7 +30,7 @@ class GroupedLinear(BasicOperation):
         TypeError: non-array input, a QuantizedTensor input, DelayedScaling (per-expert state:
             use ``twinengine.jax.grouped_dense(..., state=)``) or a recipe without a grouped
             path; ValueError / TypeError: the core m_splits and weight checks (for concrete CPU
-            splits also Σ m_splits > rows, negative splits).
+            splits also Σ m_splits != rows, negative splits; the CPU kernel for traced ones).
     """
 
     num_extra_inputs = 1
@@ -72,7 +71,7 @@ class GroupedLinear(BasicOperation):
         check_m_splits(ArrayMeta(tuple(splits.shape), "int32"), g)
         splits = splits.astype(jnp.int32)
         if not isinstance(splits, jax.core.Tracer) and all(d.platform == "cpu" for d in splits.devices()):
-            check_split_values("grouped_linear", np.asarray(splits).tolist(), x2.shape[0])
+            check_m_split_values(np.asarray(splits).tolist(), x2.shape[0])
         lead = tuple(x.shape[:-1])
         if quantizers is None:
             y, res = _grouped_fwd(x2, weight, splits, bias)

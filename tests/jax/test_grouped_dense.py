@@ -74,7 +74,9 @@ def test_flax_grouped_dense_matches_function():
 
 @pytest.mark.parametrize("call, error, match", [
     (lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((2, 4, 2)), jnp.asarray([4, 3])), ValueError,
-     "m_splits must sum to at most the 6 rows"),
+     "m_splits must sum to the 6 rows of the input, got sum 7"),
+    (lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((2, 4, 2)), jnp.asarray([4, 1])), ValueError,
+     "m_splits must sum to the 6 rows of the input, got sum 5"),
     (lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((2, 4, 2)), jnp.asarray([8, -2])), ValueError,
      "m_splits must be >= 0"),
     (lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((3, 4, 2)), jnp.asarray([3, 3])), ValueError,
@@ -83,6 +85,16 @@ def test_flax_grouped_dense_matches_function():
 def test_grouped_dense_rejects_bad_arguments(call, error, match):
     with pytest.raises(error, match=f"twinengine.grouped_linear: {match}"):
         call()
+
+
+def test_grouped_dense_jitted_split_sum_is_checked_by_the_kernel():
+    """Under jit the group sizes are traced (no host sync): the kernel reads them and fails the
+    call with core's sentence (as an XLA runtime error)."""
+    fn = jax.jit(tej.grouped_dense)
+    x, k = jnp.ones((28, 48)), jnp.ones((4, 48, 24))
+    fn(x, k, jnp.asarray([7, 7, 7, 7], jnp.int32)).block_until_ready()
+    with pytest.raises(Exception, match="m_splits must sum to the 28 rows of the input, got sum 20"):
+        fn(x, k, jnp.asarray([5, 0, 12, 3], jnp.int32)).block_until_ready()
 
 
 def test_grouped_dense_under_an_unsupported_recipe_raises():

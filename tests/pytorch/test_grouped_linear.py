@@ -428,16 +428,29 @@ def test_grouped_linear_basic_op_in_sequential_matches_module():
             assert_bytes_equal(a, b, f"{name} result {j}")
 
 
-def test_grouped_linear_rows_past_the_splits_are_padding():
-    x_np, w, b, dy = _case([5, 0, 20, 3], "float32", True, seed=3)
-    x = to_torch(x_np).requires_grad_()
-    weights = [to_torch(wg).requires_grad_() for wg in w]
-    y = tep.grouped_linear(x, weights, torch.tensor([5, 0, 12, 3]), [to_torch(bg) for bg in b])
-    y.backward(to_torch(dy))
-    full = tep.grouped_linear(to_torch(x_np[:20]), [to_torch(wg) for wg in w], torch.tensor([5, 0, 12, 3]),
-                              [to_torch(bg) for bg in b])
-    assert_bytes_equal(from_torch(y[:20]), from_torch(full), "rows in the splits")
-    assert not from_torch(y[20:]).any() and not from_torch(x.grad[20:]).any(), "padding rows"
+def _sum_check_step(x, weights, splits):
+    return tep.grouped_linear(x, weights, splits)
+
+
+@pytest.mark.parametrize("splits, total", [([5, 0, 12, 3], 20), ([5, 0, 20, 4], 29)], ids=str)
+def test_grouped_linear_split_sum_must_equal_rows(splits, total):
+    """Σ m_splits != rows is an error: eagerly from core (host-visible splits), and under
+    torch.compile (splits traced: no host sync) from the kernel when it reads them, with the
+    same sentence."""
+    x, weights = torch.ones(28, 48), [torch.ones(24, 48)] * 4
+    msg = f"m_splits must sum to the 28 rows of the input, got sum {total}"
+    with pytest.raises(ValueError, match=f"twinengine.grouped_linear: {msg}"):
+        tep.grouped_linear(x, weights, torch.tensor(splits))
+    with pytest.raises(ValueError, match=msg):
+        tep.GroupedLinear(4, 48, 24)(x, splits)
+    compiled = torch.compile(_sum_check_step, fullgraph=True, backend="aot_eager")
+    compiled(x, weights, torch.tensor([7, 7, 7, 7], dtype=torch.int32))
+    with pytest.raises(ValueError, match=msg):
+        compiled(x, weights, torch.tensor(splits, dtype=torch.int32))
+    with tep.autocast(recipe=te.recipe.Float8CurrentScaling()):  # the grouped quantize reads them first
+        with pytest.raises(ValueError, match=msg):
+            torch.compile(_sum_check_step, fullgraph=True, backend="aot_eager")(x, weights,
+                                                                                 torch.tensor(splits, dtype=torch.int32))
 
 
 def test_grouped_linear_basic_op_fp8_matches_module():
@@ -465,7 +478,9 @@ def test_grouped_linear_state_dict_uses_te_names():
 
 @pytest.mark.parametrize("call, error, match", [
     (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([4, 3])), ValueError,
-     "m_splits must sum to at most the 6 rows of the input \\(rows past the sum are padding\\), got sum 7"),
+     "m_splits must sum to the 6 rows of the input, got sum 7"),
+    (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([4, 1])), ValueError,
+     "m_splits must sum to the 6 rows of the input, got sum 5"),
     (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([8, -2])), ValueError,
      "m_splits must be >= 0"),
     (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 3, torch.tensor([3, 3])), ValueError,

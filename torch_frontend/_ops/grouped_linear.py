@@ -19,12 +19,12 @@ from ...ops.gemm import (
     check_grouped_delayed_state,
     check_grouped_rng,
     check_grouped_weights,
+    check_m_split_values,
     check_m_splits,
     grouped_quantizers,
 )
 from ...ops.quantize import GROUPED_QUANTIZE
 from ...quantizers import Quantizer
-from ...ops.permute import check_split_values
 from .._library import check_tensor_device, dtype_name, empty_outputs, launch, meta
 from ..autocast import current_recipe
 from .quantize import record_amax, update_delayed_scaling
@@ -298,7 +298,7 @@ def prepare_m_splits(op: str, m_splits: Tensor | Sequence[int], num_gemms: int, 
     m_splits = m_splits.to(torch.int32)
     check_m_splits(meta(m_splits), num_gemms)
     if not torch.compiler.is_compiling() and m_splits.device.type == "cpu":
-        check_split_values(op, m_splits.tolist(), num_rows)
+        check_m_split_values(m_splits.tolist(), num_rows)
     return m_splits
 
 
@@ -312,8 +312,8 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
 
     Shapes: x (..., K), its leading dimensions flattened to M rows; weights G × (N, K);
         biases G × (N,); m_splits (G,) (a tensor — read by the kernels, so a new split neither
-        syncs nor recompiles — or a list of ints); rows past Σ m_splits are padding (output 0,
-        gradient 0), as the static buffers of moe_permute_and_pad_with_probs end; y (..., N).
+        syncs nor recompiles — or a list of ints) summing to M (x is the concatenation of the
+        expert blocks); y (..., N).
         delayed_state (DelayedScaling only): (fwd_amax_history (L, 2G) — the G inputs' slots,
         then the G weights' —, fwd_scale (2G,), bwd_amax_history (L, G), bwd_scale (G,)),
         updated in place: the forward slots after the forward, the grad slots in the backward.
@@ -341,7 +341,8 @@ def grouped_linear(x: Tensor, weights: Sequence[Tensor], m_splits: Tensor | Sequ
     Raises:
         TypeError / ValueError: from core — wrong number of weights/biases, m_splits not a 1-D
             int tensor of G entries, shapes, delayed state missing or misshapen; eagerly on CPU
-            also Σ m_splits > rows or a negative split; TypeError inside an autocast region
+            also Σ m_splits != rows or a negative split (for traced splits the CPU kernel raises
+            them when it runs); TypeError inside an autocast region
             with a recipe whose grouped path is not built, or an NVFP4 weight_cache;
             ValueError: stochastic rounding without rng.
     """

@@ -397,7 +397,8 @@ def moe_permute_and_pad_with_probs(inp: Tensor | QuantizedTensor, probs: Tensor,
         target_tokens_per_expert int32 (E,).
     Numerics: expert e's rows start at Σ_{j<e} target[j], target[e] = roundup(count_e, align)
         (TE's); the rows past Σ target are padding too (R is static: no host sync, identical
-        eager and compiled, unlike TE's exact size), and target feeds GroupedLinear as m_splits.
+        eager and compiled, unlike TE's exact size); GroupedLinear takes target with those rows
+        added to its last entry as m_splits (its splits sum to the rows).
         Padding rows are zero (probs 0) and receive no gradient.
     Raises:
         TypeError / ValueError: as moe_permute_with_probs; align_size not a positive multiple of

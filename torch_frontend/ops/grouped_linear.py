@@ -25,7 +25,8 @@ class GroupedLinear(BasicOperation):
         its rows, high precision or Float8CurrentScaling); m_splits gets no gradient.
     Raises:
         TypeError: inside autocast with another recipe; ValueError / TypeError: core m_splits
-            and weight checks (eagerly on CPU also Σ m_splits > rows, negative splits).
+            and weight checks (eagerly on CPU also Σ m_splits != rows, negative splits; the
+            CPU kernel for traced ones).
     """
 
     num_extra_inputs = 1

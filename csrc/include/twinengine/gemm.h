@@ -202,7 +202,9 @@ typedef struct {
 
 /*! \brief Grouped GEMM with ragged rows (the fprop and dgrad of G experts in one call):
  *  out[rows_g] = A[rows_g] · B_gᵀ (+ bias_g) for g < G, rows_g the g-th block of m_splits[g]
- *  consecutive rows (negative sizes count as 0, blocks clipped to M); rows past the blocks are 0.
+ *  consecutive rows. On the CPU the sizes must be >= 0 and sum to M (kTweInvalidArgument with
+ *  core's m_splits text otherwise); CUDA reads them on the device unchecked (negative sizes count
+ *  as 0, blocks are clipped to M, rows past the blocks are 0).
  *  Each group's numerics are exactly twe_gemm's on that group's rows. Per-tensor FP8 operands
  *  (scaling kTweGemmFP8PerTensor, CPU only) carry fp32 scale_inv (G,): group g uses entry g;
  *  NVFP4 operands (CPU only) also an amax (G,) each: group g's global amaxes (§7).

@@ -201,7 +201,7 @@ typedef struct {
 } TweDelayedScalingParams;
 
 /*! \brief Per-tensor current scaling of G consecutive row blocks, each on its own (§4): block g
- *  (rows [Σ_{j<g} m_splits[j], …+m_splits[g]), negative sizes 0, clipped to R) gets exactly the
+ *  (rows [Σ_{j<g} m_splits[j], …+m_splits[g]); sizes >= 0 summing to R, else kTweInvalidArgument) gets exactly the
  *  bytes twe_quantize_fp8_current gives that block alone. CPU only (the block sizes are read on
  *  the host).
  *  \param[in]     input     fp32/bf16/fp16 (R, K).
@@ -236,7 +236,7 @@ TweStatus twe_grouped_quantize_fp8_delayed(const TweTensorView* input, const Twe
  *  another; the scales are flat fp32 arrays holding each block's scale tensor (of
  *  twe_quantize_fp8_block's shape) one after another. CPU only.
  *  \param[in]     input     fp32/bf16/fp16 (R, K), K a multiple of 128.
- *  \param[in]     m_splits  int32 (G,), each a multiple of 128, Σ ≤ R.
+ *  \param[in]     m_splits  int32 (G,), each a multiple of 128, Σ = R.
  *  \param[in,out] output    as above; scale arrays 1-D, large enough for Σ of the blocks' scales.
  *  \param[in]     params    format, amax_epsilon, force_pow2_scales, two_d.
  *  \param[in]     stream    ignored (CPU).
@@ -250,7 +250,7 @@ TweStatus twe_grouped_quantize_fp8_block(const TweTensorView* input, const TweTe
  *  Σ_{j<g} roundup(m_j, 128) (roundup(m_g, 128) rows of roundup(K/32, 4) codes), columnwise at
  *  scale row Σ_{j<g} roundup(m_j/32, 4) (roundup(m_g/32, 4) rows of roundup(K, 128) codes). CPU only.
  *  \param[in]     input     fp32/bf16/fp16 (R, K), K a multiple of 32.
- *  \param[in]     m_splits  int32 (G,), each a multiple of 32, Σ ≤ R.
+ *  \param[in]     m_splits  int32 (G,), each a multiple of 32, Σ = R.
  *  \param[in,out] output    rowwise_data, columnwise_data (R, K) FP8; rowwise_scale_inv uint8
  *                            (≥ Σ roundup(m_g, 128), roundup(K/32, 4)); columnwise_scale_inv uint8
  *                            (≥ Σ roundup(m_g/32, 4), roundup(K, 128)).
@@ -267,10 +267,9 @@ TweStatus twe_grouped_quantize_mxfp8(const TweTensorView* input, const TweTensor
  *  the scales are flat uint8 arrays holding each block's E4M3 scale tensor (of
  *  twe_quantize_nvfp4's shape: rowwise (roundup(m_g, 128), roundup(K/16, 4)), columnwise
  *  (roundup(K, 128), roundup(m_g/16, 4))) one after another, zero past them; amax and
- *  columnwise_amax (G,) each block's global amaxes (0 for an empty block). Rows past the blocks
- *  are zero. CPU only.
+ *  columnwise_amax (G,) each block's global amaxes (0 for an empty block). CPU only.
  *  \param[in]     input     fp32/bf16/fp16 (R, K), K a multiple of 16 (bf16 when with_rht).
- *  \param[in]     m_splits  int32 (G,), each a multiple of 16, Σ ≤ R.
+ *  \param[in]     m_splits  int32 (G,), each a multiple of 16, Σ = R.
  *  \param[in]     rng       [seed, offset] for stochastic rounding, else NULL.
  *  \param[in,out] output    as above.
  *  \param[in]     params    two_d, with_rht, stochastic_rounding.
