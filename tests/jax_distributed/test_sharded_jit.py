@@ -355,3 +355,42 @@ def test_attention_and_rope_sharded_jit(heads):
     if h == hkv:
         hlo = _hlo(lambda q, k, v: loss(q, k, v)[1], *args)
         assert not _gathers(hlo), _gathers(hlo)
+
+
+# ---- end to end: Flax logical axes, DelayedScaling state ----------------------------------
+
+@needs_8
+def test_flax_layernorm_mlp_logical_axes_jit():
+    """A Flax LayerNormMLP whose params are placed by their logical axis names (mlp -> tp) and
+    a data-parallel batch: one plain jit of apply, the unsharded output within the row-parallel
+    FC2 tolerance, and no gather of the FC1 / FC2 weights."""
+    import flax.linen as nn  # noqa: PLC0415
+    from twinengine.jax.flax_blocks import LayerNormMLP  # noqa: PLC0415
+    m = mesh("dp2tp4")
+    rules = (("embed", None), ("mlp", "tp"))
+    x = jnp.asarray(np.random.default_rng(7).standard_normal((64, 128)).astype(np.float32))
+    module = LayerNormMLP(intermediate_dim=512, logical_axes=True)
+    variables = module.init(jax.random.PRNGKey(0), x)
+    shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(variables), m, rules)
+    params = jax.device_put(nn.unbox(variables), shardings)
+    apply = jax.jit(lambda v, x: module.apply(v, x))
+    want = apply(nn.unbox(variables), x)
+    got = apply(params, _put(m, P("dp", None), x))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    hlo = apply.lower(params, _put(m, P("dp", None), x)).compile().as_text()
+    assert not [line for line in _gathers(hlo) if "512" in line], _gathers(hlo)
+
+
+@needs_8
+def test_dense_delayed_scaling_state_sharded_jit():
+    """DelayedScaling under a data- and tensor-parallel jit: column-parallel y is the unsharded
+    bytes and the next state (amax histories, scales) is the unsharded one, on every device."""
+    from twinengine.recipe import DelayedScaling  # noqa: PLC0415
+    m = mesh("dp2tp4")
+    x, w, b, _ = _dense_arrays("current")
+    state = tej.delayed_scaling_state(16)
+    fn = jax.jit(lambda x, w, b, s: tej.dense(x, w, b, recipe=DelayedScaling(amax_history_len=16), state=s))
+    y_ref, state_ref = fn(x, w, b, state)
+    y, new_state = fn(_put(m, P("dp", None), x), _put(m, P(None, "tp"), w), _put(m, P("tp"), b), state)
+    assert_bytes_equal((y, new_state), (y_ref, state_ref))
+    assert float(jnp.max(new_state["fwd_amax_history"][:, 0])) == float(jnp.max(jnp.abs(x)))  # the global amax
