@@ -97,28 +97,42 @@ def parse_args() -> argparse.Namespace:
 
 
 def plot(path: pathlib.Path, runs: dict, unigram: float, title: str) -> None:
+    """Loss curves (both frameworks, each recipe), the recipe's loss minus the high-precision one
+    (when both ran) and |torch - JAX| per recipe, side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for (name, (torch_losses, jax_losses)), color in zip(runs.items(), ("tab:blue", "tab:orange")):
+    names = list(runs)
+    panels = 3 if len(names) == 2 else 2
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5))
+    left, right = axes[0], axes[-1]
+    colors = dict(zip(names, ("tab:blue", "tab:orange")))
+    for name, (torch_losses, jax_losses) in runs.items():
         steps = np.arange(1, len(torch_losses) + 1)
-        left.plot(steps, torch_losses, color=color, linewidth=1.5, label=f"{name}, PyTorch (torch.compile)")
+        left.plot(steps, torch_losses, color=colors[name], linewidth=1.5, label=f"{name}, PyTorch (torch.compile)")
         left.plot(steps, jax_losses, color="black", linewidth=0.8, linestyle="--", alpha=0.7,
-                  label=f"{name}, JAX (jax.jit)" if color == "tab:blue" else None)
+                  label="JAX (jax.jit), dashed" if name == names[0] else None)
         right.semilogy(steps, np.maximum(np.abs(np.array(torch_losses) - np.array(jax_losses)), 1e-12),
-                       color=color, linewidth=1.0, label=name)
+                       color=colors[name], linewidth=1.0, label=name)
     left.axhline(unigram, color="gray", linewidth=0.8, linestyle=":", label=f"unigram entropy {unigram:.2f}")
-    left.set_xlabel("step")
     left.set_ylabel("training loss (cross-entropy, nats)")
-    left.set_title(title)
-    left.legend(fontsize=8)
-    right.set_xlabel("step")
+    left.set_title(title, fontsize=10)
+    if panels == 3:
+        middle = axes[1]
+        (rt, rj), (ht, hj) = runs[names[0]], runs[names[1]]
+        steps = np.arange(1, len(rt) + 1)
+        middle.plot(steps, np.array(rt) - np.array(ht), color="tab:blue", linewidth=1.2, label="PyTorch")
+        middle.plot(steps, np.array(rj) - np.array(hj), color="black", linewidth=0.8, linestyle="--", label="JAX")
+        middle.axhline(0.0, color="gray", linewidth=0.8)
+        middle.set_ylabel(f"{names[0]} loss - {names[1]} loss")
+        middle.set_title(f"{names[0]} vs {names[1]} (same weights, same batches)", fontsize=10)
     right.set_ylabel("|torch loss - JAX loss| (0 drawn at 1e-12)")
-    right.set_title("PyTorch vs JAX, per recipe")
-    right.legend(fontsize=8)
+    right.set_title("PyTorch vs JAX, per recipe", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
