@@ -192,6 +192,7 @@ def test_dense_hlo_gathers_no_high_precision_input(recipe_name):
 # ---- norms, activations, dropout --------------------------------------------------------
 
 from twinengine.jax._ops.activation import activation_bwd_dbias, activation_fwd  # noqa: E402
+from twinengine.jax._ops.bias import add, bias_add, scale  # noqa: E402
 from twinengine.jax._ops.dropout import dropout_bwd, dropout_fwd  # noqa: E402
 from twinengine.jax._ops.norm import layernorm_bwd, layernorm_fwd, rmsnorm_bwd, rmsnorm_fwd  # noqa: E402
 
@@ -224,7 +225,8 @@ def _activations(x, w, b, dy):
     dx, dbias, dqt = activation_bwd_dbias(dy, x, "gelu", quantizer=q)
     dropped, mask = dropout_fwd(x, 0.25, jnp.asarray([7, 3], jnp.uint32))
     ddx = dropout_bwd(dy, mask, 0.25)
-    exact = {"y": y, "qt": qt, "gy": gy, "dx": dx, "dqt": dqt, "dropped": dropped, "mask": mask, "ddx": ddx}
+    exact = {"y": y, "qt": qt, "gy": gy, "dx": dx, "dqt": dqt, "dropped": dropped, "mask": mask, "ddx": ddx,
+             "add": add(x, dy), "scale": scale(x, 0.3), "bias_add": bias_add(x, b)}
     return exact, {"dbias": dbias}
 
 
