@@ -17,6 +17,9 @@ function and its rule into the op:
 - Inside ``jax.shard_map`` and on one device the rule is not consulted (the op is the
   shard-local function itself); under ``vmap`` the op is the plain function (custom
   partitioning has no batching rule), so a vmapped op is not partitioned.
+- ``without_rules()``: ops traced inside take no rule (XLA gathers their operands, the same
+  bytes): what ``jax.export`` of a multi-device program needs, since custom partitioning runs
+  Python callbacks that cannot be serialized.
 """
 
 from __future__ import annotations
@@ -34,6 +37,26 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from .sharding import amax_axes, amax_reduction
+
+_RULES_OFF = jax.make_user_context(False)
+
+
+class without_rules:
+    """Context manager: twinengine ops traced inside carry no partitioning rule (under a sharded
+    jit XLA gathers their operands; bytes unchanged). Part of the trace cache key, like
+    ``sharding.amax_reduction``. Use it around ``jax.export`` of a multi-device program."""
+
+    def __init__(self):
+        self._cm = None
+
+    def __enter__(self):
+        self._cm = _RULES_OFF(True)
+        self._cm.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._cm.__exit__(*exc)
+
 
 Dims = tuple[tuple[str, ...], ...]
 """The factors of each dimension of one array, major first; () for a dimension never sharded.
@@ -256,7 +279,7 @@ def partitioned(local: Callable, partial_sum: Callable | None = None):
     @functools.wraps(local)
     def call(rule: Rule, static, *arrays):
         traced = any(isinstance(a, jax.core.Tracer) for a in arrays)
-        if not traced or _batched(arrays) or amax_axes():
+        if not traced or _batched(arrays) or amax_axes() or _RULES_OFF.value:
             return tuple(local(static, dict(rule.sizes), *arrays))
         return op(rule, static, *arrays)
 

@@ -396,3 +396,21 @@ def test_dense_delayed_scaling_state_sharded_jit():
     y, new_state = fn(_put(m, P("dp", None), x), _put(m, P(None, "tp"), w), _put(m, P("tp"), b), state)
     assert_bytes_equal((y, new_state), (y_ref, state_ref))
     assert float(jnp.max(new_state["fwd_amax_history"][:, 0])) == float(jnp.max(jnp.abs(x)))  # the global amax
+
+
+@needs_8
+def test_export_multi_device_without_rules():
+    """jax.export of a sharded program: custom partitioning's callbacks cannot be serialized, so
+    ops traced under partitioning.without_rules() take none; the exported program gives the
+    same bytes."""
+    from twinengine.jax.partitioning import without_rules  # noqa: PLC0415
+    m = mesh("dp8")
+    sharding = NamedSharding(m, P("dp", None))
+    quantizer = Float8CurrentScalingQuantizer()
+    f = jax.jit(lambda x: tej.dequantize(tej.quantize(x, quantizer)), in_shardings=sharding)
+    x = _input((64, 128))
+    with without_rules():
+        exported = jax.export.export(f, disabled_checks=tej.export_disabled_checks())(
+            jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding))
+    restored = jax.export.deserialize(exported.serialize())
+    assert_bytes_equal(restored.call(_put(m, P("dp", None), x)), f(x))
