@@ -143,7 +143,7 @@ def launch(call: KernelCall, inputs: list[torch.Tensor], device: torch.device,
 # Dynamo specializes on this failure path; a message printing a raw symbolic size would reach
 # the user as Dynamo's Unsupported error instead.
 
-_ERROR_TYPES = {"TypeError": TypeError, "ValueError": ValueError}
+_ERROR_TYPES = {"TypeError": TypeError, "ValueError": ValueError, "RuntimeError": RuntimeError}
 
 
 @torch.library.custom_op("twinengine::raise_error", mutates_args=())

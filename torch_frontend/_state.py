@@ -14,9 +14,10 @@ must see the values of the first run and must not advance the state again.
   attribute to the new tensor (a Python side effect) instead of copying into it (a graph
   mutation the recompute would repeat). Dynamo applies such side effects once when
   ``torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True``; without that
-  flag it refuses them — ``fullgraph=True`` raises Dynamo's "HOP: Unsafe side effect" error,
-  whose hint names the flag, and ``fullgraph=False`` graph-breaks to eager checkpointing, which
-  replays exactly. Never a silently different gradient.
+  flag Dynamo would refuse them: with ``fullgraph=True`` the traced graph instead raises our
+  RuntimeError naming the flag (``refuse_unapplied_side_effect``) when it runs, and with
+  ``fullgraph=False`` Dynamo graph-breaks to eager checkpointing, which replays exactly. Never a
+  silently different gradient.
 """
 
 from __future__ import annotations
@@ -47,6 +48,52 @@ def _tracing_checkpoint_region() -> bool:
     return False
 
 
+@torch.compiler.assume_constant_result
+def _fullgraph_without_side_effect_flag() -> bool:
+    """At trace time: fullgraph=True (no graph break allowed) and Dynamo's
+    ``skip_fwd_side_effects_in_bwd_under_checkpoint`` flag off."""
+    import torch._dynamo
+
+    if torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint:
+        return False
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        tx = InstructionTranslator.current_tx()
+    except Exception:  # not tracing
+        return False
+    while tx is not None:
+        if getattr(tx, "one_graph", False) or getattr(tx, "error_on_graph_break", False):
+            return True
+        tx = getattr(tx, "parent", None)
+    return False
+
+
+STATE_WRITE = ("this module writes its state (DelayedScaling amax history / scales, or the rng offset of "
+               "stochastic rounding or dropout)")
+
+UNAPPLIED_SIDE_EFFECT = (
+    "{owner}: {what} inside an activation-checkpoint region compiled with "
+    "torch.compile(fullgraph=True); Dynamo applies such writes exactly once only with "
+    "torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True. Set that flag (the bytes then "
+    "equal the run without checkpointing), or compile without fullgraph=True (the region then runs as eager "
+    "checkpointing, also exact)")
+
+
+def refuse_unapplied_side_effect(owner: str, anchor: torch.Tensor | None, what: str = STATE_WRITE) -> bool:
+    """Inside a compiled checkpoint region under fullgraph=True without Dynamo's side-effect
+    flag: puts ``twinengine::raise_error`` (RuntimeError, ``UNAPPLIED_SIDE_EFFECT``) into the
+    graph — it raises when the compiled code runs, before anything else of the region is
+    returned — and returns True (the caller then skips its side effect, which Dynamo would
+    refuse with its own error). Otherwise returns False."""
+    if not _fullgraph_without_side_effect_flag():
+        return False
+    if anchor is None:
+        anchor = torch.zeros(())
+    torch.ops.twinengine.raise_error(anchor, "RuntimeError", UNAPPLIED_SIDE_EFFECT.format(owner=owner, what=what))
+    return True
+
+
 def in_compiled_checkpoint() -> bool:
     """True while torch.compile traces the inside of an activation-checkpoint region."""
     return torch.compiler.is_compiling() and _tracing_checkpoint_region()
@@ -58,7 +105,8 @@ def write_state(module: torch.nn.Module, name: str, value: torch.Tensor) -> None
     Outside a compiled checkpoint region: an in-place copy (the buffer keeps its identity).
     Inside one: the attribute is rebound to ``value`` (see the module docstring)."""
     if in_compiled_checkpoint():
-        setattr(module, name, value)
+        if not refuse_unapplied_side_effect(_owner(module), value):
+            setattr(module, name, value)
         return
     with torch.no_grad():
         getattr(module, name).copy_(value)
@@ -82,7 +130,8 @@ def draw_rng(module: torch.nn.Module, name: str = "rng_state") -> torch.Tensor:
 
     state = getattr(module, name)
     if in_compiled_checkpoint():
-        setattr(module, name, state + torch.tensor([0, 1], dtype=state.dtype, device=state.device))
+        if not refuse_unapplied_side_effect(_owner(module), state):
+            setattr(module, name, state + torch.tensor([0, 1], dtype=state.dtype, device=state.device))
         return state
     return rng_advance(state)
 
@@ -97,12 +146,17 @@ def advance_rng(module: torch.nn.Module, count: int = 1, name: str = "rng_state"
     state = getattr(module, name)
     step = torch.tensor([0, count], dtype=state.dtype, device=state.device)
     if in_compiled_checkpoint():
-        setattr(module, name, state + step)
+        if not refuse_unapplied_side_effect(_owner(module), state):
+            setattr(module, name, state + step)
         return state
     advanced = state + step
     with torch.no_grad():
         state.copy_(advanced)
     return advanced - step
+
+
+def _owner(module: torch.nn.Module) -> str:
+    return f"twinengine.pytorch.{type(module).__name__}"
 
 
 def may_be_recomputed() -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..linear import check_autocast_recipe
 from ..recipe import Recipe
+from ._state import in_compiled_checkpoint, refuse_unapplied_side_effect
 
 
 class _AutocastState:
@@ -63,13 +64,20 @@ class autocast:
         self.group = None if amax_reduction_group is None else amax_reduction_group.group_name
 
     def __enter__(self) -> "autocast":
-        _STATE.stack.append(self.recipe if self.enabled else None)
-        _STATE.groups.append(self.group)
+        # Entering a region is a side effect on the recipe stack: inside a compiled checkpoint
+        # region under fullgraph=True without Dynamo's side-effect flag the graph raises our
+        # error instead (_state.refuse_unapplied_side_effect).
+        self._entered = not (in_compiled_checkpoint() and refuse_unapplied_side_effect(
+            "twinengine.pytorch.autocast", None, "an autocast region is entered (a side effect on the recipe stack)"))
+        if self._entered:
+            _STATE.stack.append(self.recipe if self.enabled else None)
+            _STATE.groups.append(self.group)
         return self
 
     def __exit__(self, *exc_info: object) -> bool:
-        _STATE.stack.pop()
-        _STATE.groups.pop()
+        if self._entered:
+            _STATE.stack.pop()
+            _STATE.groups.pop()
         return False
 
 

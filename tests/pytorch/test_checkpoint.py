@@ -133,11 +133,14 @@ def test_checkpoint_compiled_same_bytes_as_plain(name, autocast_inside):
     _assert_same(_run(name, "non_reentrant", autocast_inside, _COMPILED_STEP), plain, f"{name} compiled")
 
 
-@pytest.mark.parametrize("name,autocast_inside", [("delayed", False), ("nvfp4", False), ("mxfp8", True)])
-def test_checkpoint_compiled_fullgraph_stateful_raises_not_wrong(name, autocast_inside):
-    for _ in range(2):  # also once the marker already holds its value
+@pytest.mark.parametrize("name,autocast_inside,owner", [("delayed", False, "Linear"), ("nvfp4", False, "Linear"),
+                                                        ("mxfp8", True, "autocast")])
+def test_checkpoint_compiled_fullgraph_stateful_raises_our_error_not_wrong(name, autocast_inside, owner):
+    # Without Dynamo's side-effect flag the state writes (or the region entered inside) cannot
+    # be applied once: the compiled code raises our RuntimeError naming the flag instead.
+    for _ in range(2):  # also with the graph cached
         torch._dynamo.reset()
-        with pytest.raises(torch._dynamo.exc.Unsupported, match="HOP: Unsafe side effect"):
+        with pytest.raises(RuntimeError, match=rf"twinengine.pytorch.{owner}: .*skip_fwd_side_effects_in_bwd_under_checkpoint = True"):
             _run(name, "non_reentrant", autocast_inside, _FULLGRAPH_STEP)
 
 
@@ -244,6 +247,12 @@ def test_checkpoint_attention_dropout_eager_same_bytes_as_plain(mode):
     plain = _attention_run("plain")
     assert plain[-1][-1].tolist() == [11, STEPS]
     _assert_same(_attention_run(mode), plain, f"attention dropout {mode}")
+
+
+def test_checkpoint_attention_dropout_compiled_fullgraph_without_flag_raises_our_error():
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match="twinengine.pytorch.DotProductAttention: this module writes its state"):
+        _attention_run("non_reentrant", compiled=True)
 
 
 def test_checkpoint_attention_dropout_compiled_with_side_effect_flag():
