@@ -11,7 +11,8 @@
 #include <cstdlib>
 #include <string>
 
-#if defined(__GNUC__) && defined(__x86_64__)
+// GCC on x86-64 (the `#pragma GCC target` regions are GCC's; elsewhere the scalar loops run).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define TWE_SIMD_X86 1
 #endif
 
