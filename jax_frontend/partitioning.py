@@ -15,8 +15,9 @@ function and its rule into the op:
   block / scale tile, raises ValueError naming the op and the argument when the program is
   compiled (the partitioner's callback; JAX reports it wrapped in its runtime error).
 - Inside ``jax.shard_map`` and on one device the rule is not consulted (the op is the
-  shard-local function itself); under ``vmap`` the op is the plain function (custom
-  partitioning has no batching rule), so a vmapped op is not partitioned.
+  shard-local function itself); under ``vmap`` the op is the plain function, so a vmapped op
+  is not partitioned (JAX gives custom partitioning no batching rule: an op traced unbatched
+  and batched later, as in ``vmap(jit(f))``, is batched here as its plain function).
 - ``without_rules()``: ops traced inside take no rule (XLA gathers their operands, the same
   bytes): what ``jax.export`` of a multi-device program needs, since custom partitioning runs
   Python callbacks that cannot be serialized.
@@ -32,7 +33,9 @@ from typing import Callable, Sequence
 import jax
 from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax._src.interpreters import batching  # BatchTracer: custom_partitioning has no batching rule
+from jax._src import core as _core  # jaxpr_as_fun: the plain function of a custom_partitioning call
+from jax._src import custom_partitioning as _cp  # its primitive, which JAX gives no batching rule
+from jax._src.interpreters import batching  # BatchTracer; the batching rule registered below
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -273,6 +276,7 @@ def partitioned(local: Callable, partial_sum: Callable | None = None):
         outs = tuple(_sharding(mesh, dims, assign) for dims in rule.outputs)
         return mesh, lower, outs, args
 
+    partition.twinengine_op = True  # what _batch_unpartitioned recognizes
     op.def_partition(partition, infer_sharding_from_operands=None, propagate_user_sharding=None,
                      sharding_rule=sharding_rule)
 
@@ -284,6 +288,20 @@ def partitioned(local: Callable, partial_sum: Callable | None = None):
         return op(rule, static, *arrays)
 
     return call
+
+
+def _batch_unpartitioned(args, dims, *, call, partition, **params):
+    """Batching rule of twinengine's custom_partitioning ops: vmap of the op's plain function
+    (its FFI calls batch sequentially, as outside jit). Other libraries' custom partitionings
+    keep JAX's missing-rule error."""
+    if not getattr(partition, "twinengine_op", False):
+        raise NotImplementedError("Batching rule for 'custom_partitioning' not implemented")
+    outs = jax.vmap(_core.jaxpr_as_fun(call), in_axes=list(dims))(*args)
+    return outs, [0] * len(outs)
+
+
+if _cp.custom_partitioning_p not in batching.fancy_primitive_batchers:
+    batching.primitive_batchers[_cp.custom_partitioning_p] = _batch_unpartitioned
 
 
 # ---- quantized tensors ------------------------------------------------------------------

@@ -414,3 +414,18 @@ def test_export_multi_device_without_rules():
             jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding))
     restored = jax.export.deserialize(exported.serialize())
     assert_bytes_equal(restored.call(_put(m, P("dp", None), x)), f(x))
+
+
+def test_vmap_of_jit_batches_the_plain_op():
+    """An op traced unbatched inside jit and batched afterwards (vmap(jit(f))) runs its plain
+    function per batch element: each element's bytes are the unbatched call's."""
+    quantizer = Float8CurrentScalingQuantizer()
+    f = jax.jit(lambda x: (tej.dequantize(tej.quantize(x, quantizer)), tej.dense(x, jnp.ones((128, 8)) / 8)))
+    xs = jnp.stack([_input((16, 128), seed=s) for s in range(3)])
+    got = jax.vmap(f)(xs)
+    for i in range(3):
+        assert_bytes_equal(jax.tree_util.tree_map(lambda a: a[i], got), f(xs[i]))
+    grad = jax.jit(jax.grad(lambda x: jnp.sum(tej.dense(x, jnp.ones((128, 8))) ** 2)))
+    grads = jax.vmap(grad)(xs)
+    for i in range(3):
+        assert_bytes_equal(grads[i], grad(xs[i]))
