@@ -100,6 +100,17 @@ def linear_quantizers(recipe: Recipe, input_dtype: str | None = None) -> LinearQ
                             amax_history_len=int_field(recipe, "amax_history_len"))
 
 
+def for_input_dtype(quantizers: LinearQuantizers, input_dtype: str) -> LinearQuantizers:
+    """`quantizers` (made without an input dtype) for x of `input_dtype`: NVFP4's RHT dropped
+    from the input and grad_output quantizers for non-bfloat16 operands — the quantizers
+    ``linear_quantizers(recipe, input_dtype)`` gives (for callers that learn the dtype after
+    choosing the quantizers, e.g. a basic op's op_call)."""
+    if input_dtype == "bfloat16" or not getattr(quantizers.input, "with_rht", False):
+        return quantizers
+    return dataclasses.replace(quantizers, input=dataclasses.replace(quantizers.input, with_rht=False),
+                               grad_output=dataclasses.replace(quantizers.grad_output, with_rht=False))
+
+
 def check_autocast_recipe(enabled: bool, recipe: object) -> object:
     """The recipe an autocast region keeps: `recipe`, converted to twinengine's when it is a
     TransformerEngine recipe. Raises TypeError when an enabled region is given neither."""

@@ -347,16 +347,14 @@ def check_grouped_weights(num_gemms: int, weights: Any, biases: Any = None) -> N
                  f"{[tuple(b.shape) for b in biases]}")
 
 
-def grouped_quantizers(recipe: Any, input_dtype: str | None = None, *, delayed_ok: bool = True,
-                       nvfp4_ok: bool = True) -> Any:
+def grouped_quantizers(recipe: Any, input_dtype: str | None = None, *, delayed_ok: bool = True) -> Any:
     """The LinearQuantizers of a GroupedLinear under `recipe` (None: high precision), for x of
     dtype `input_dtype` (NVFP4 applies the RHT to bfloat16 operands only, as Linear does).
 
     Raises:
         TypeError: a recipe whose quantized grouped path is not built (2D MXFP8, a
             CustomRecipe's other quantizers), DelayedScaling where `delayed_ok` is False (a
-            caller without per-expert state), NVFP4 where `nvfp4_ok` is False (a caller
-            without an rng per call), or the errors of core.linear.linear_quantizers.
+            caller without per-expert state), or the errors of core.linear.linear_quantizers.
     """
     if recipe is None:
         return None
@@ -374,10 +372,6 @@ def grouped_quantizers(recipe: Any, input_dtype: str | None = None, *, delayed_o
         fail(_GROUPED, TypeError, "DelayedScaling needs per-expert amax histories and scales: use "
              "twinengine.pytorch.GroupedLinear (buffers), grouped_linear(..., delayed_state=...) or "
              "twinengine.jax.grouped_dense(..., state=...)")
-    if qs.input.scaling_mode == "nvfp4" and not nvfp4_ok:
-        fail(_GROUPED, TypeError, "the GroupedLinear basic op does not run NVFP4BlockScaling yet (it needs an rng "
-             "per call and the input dtype): use twinengine.pytorch.GroupedLinear / grouped_linear(..., rng=...) or "
-             "twinengine.jax.grouped_dense(..., rng=...)")
     return qs
 
 

@@ -10,9 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...fusion.ops import OpDesc, check_features, check_input_kind, check_param_shape
+from ...linear import check_rng, for_input_dtype
 from ...ops.gemm import check_grouped_weights, check_m_split_values, check_m_splits, grouped_quantizers
 from ...ops.quantize import ArrayMeta
 from ...quantized_tensor import QuantizedTensor
+from .._library import dtype_name
 from .._ops.grouped_dense import _grouped_bwd, _grouped_fp8_bwd, _grouped_fp8_fwd, _grouped_fwd
 from .op import BasicOperation, OpContext
 
@@ -24,8 +26,10 @@ class GroupedLinear(BasicOperation):
     Params: (weight0, …, weight{G-1}[, bias0, …, bias{G-1}]), weights (out_features,
         in_features), biases (out_features,) — the torch op's parameters in its order.
     Numerics: exactly ``twinengine.pytorch.ops.GroupedLinear`` (each group the bytes of a
-        Linear on its rows), in high precision or under Float8CurrentScaling /
-        MXFP8BlockScaling; m_splits gets no gradient.
+        Linear on its rows), in high precision or under a recipe without per-expert state
+        (all but DelayedScaling); m_splits gets no gradient. rng (stochastic-rounding recipes:
+        NVFP4): the [seed, offset] of this call — the torch op's ``rng_state`` before its call;
+        expert g rounds with [seed, offset + g].
     Raises:
         TypeError: non-array input, a QuantizedTensor input, DelayedScaling (per-expert state:
             use ``twinengine.jax.grouped_dense(..., state=)``) or a recipe without a grouped
@@ -56,9 +60,15 @@ class GroupedLinear(BasicOperation):
         return weights + biases
 
     def op_call(self, recipe, state, rng, training):
-        return {"quantizers": grouped_quantizers(recipe, delayed_ok=False, nvfp4_ok=False)}, {}
+        qs = grouped_quantizers(recipe, delayed_ok=False)
+        arrays = {}
+        if qs is not None:
+            check_rng(qs, rng is not None)
+            if qs.needs_rng:
+                arrays["rng"] = jnp.asarray(rng)
+        return {"quantizers": qs}, arrays
 
-    def op_forward_compute(self, x, params, *, quantizers=None, extra_inputs=()):
+    def op_forward_compute(self, x, params, *, quantizers=None, extra_inputs=(), rng=None):
         (m_splits,) = extra_inputs
         check_input_kind("GroupedLinear", isinstance(x, QuantizedTensor), False)
         g = self.num_gemms
@@ -76,12 +86,14 @@ class GroupedLinear(BasicOperation):
         if quantizers is None:
             y, res = _grouped_fwd(x2, weight, splits, bias)
         else:
-            (y, _), res = _grouped_fp8_fwd(x2, weight, splits, bias, None, None, quantizers)
-        return y.reshape(*lead, self.out_features), {"res": res, "lead": lead, "splits_shape": tuple(splits.shape)}
+            quantizers = for_input_dtype(quantizers, dtype_name(x.dtype))  # NVFP4: RHT for bf16 only
+            (y, _), res = _grouped_fp8_fwd(x2, weight, splits, bias, None, rng, quantizers)
+        return y.reshape(*lead, self.out_features), {"res": res, "lead": lead, "splits_shape": tuple(splits.shape),
+                                                     "qs": quantizers}
 
     def op_backward(self, ctx: OpContext, dy):
         s = ctx.saved
-        qs = ctx.static["quantizers"]
+        qs = s["qs"]
         dy2 = dy.reshape(-1, dy.shape[-1])
         if qs is None:
             dx, dw, _, db = _grouped_bwd(s["res"], dy2)

@@ -140,12 +140,33 @@ def test_grouped_dense_nvfp4_needs_rng_and_aligned_splits():
     with tej.autocast(te.recipe.NVFP4BlockScaling()):
         with pytest.raises(ValueError, match="needs rng="):
             tej.grouped_dense(jnp.ones((32, 32)), jnp.ones((2, 32, 16)), jnp.asarray([16, 16]))
+
+
+def test_grouped_linear_basic_op_nvfp4_matches_grouped_dense():
+    """jax ops.GroupedLinear under NVFP4 with rngs=[[seed, offset]] equals grouped_dense with
+    rng=[seed, offset] (kernels = weightsᵀ), forward and gradients."""
     import twinengine.jax.ops as jops
-    seq = jops.Sequential(jops.GroupedLinear(2, 32, 16))
-    params = seq.init(jax.random.PRNGKey(0))
-    with tej.autocast(te.recipe.NVFP4BlockScaling()):
-        with pytest.raises(TypeError, match="the GroupedLinear basic op does not run NVFP4BlockScaling yet"):
-            seq(jnp.ones((32, 32)), params, jnp.asarray([16, 16]))
+    recipe = te.recipe.NVFP4BlockScaling()
+    seq = jops.Sequential(jops.GroupedLinear(3, 32, 16))
+    x, _, _, dy = _case([16, 0, 32], "bfloat16", seed=6, K=32, N=16)
+    params = seq.init(jax.random.PRNGKey(2), jnp.bfloat16)
+    splits, rng = jnp.asarray([16, 0, 32]), jnp.asarray([3, 8], jnp.int32)
+
+    def seq_fn(x, p):
+        with tej.autocast(recipe):
+            return seq(x, p, splits, rngs=[rng])
+
+    def fn(x, p):
+        w, b = jnp.stack(p[0][:3]), jnp.stack(p[0][3:])
+        with tej.autocast(recipe):
+            return tej.grouped_dense(x, jnp.transpose(w, (0, 2, 1)), splits, b, rng=rng)
+
+    results = []
+    for f in (seq_fn, fn):
+        y, vjp = jax.vjp(jax.jit(f), x, params)
+        results.append([y, *jax.tree_util.tree_leaves(vjp(dy))])
+    for j, (a, b) in enumerate(zip(*results)):
+        assert_bytes_equal(np.asarray(a), np.asarray(b), f"result {j}")
 
 
 @pytest.mark.parametrize("recipe_name, splits", [("Float8CurrentScaling", [5, 3, 20, 4]),

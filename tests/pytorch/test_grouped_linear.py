@@ -188,8 +188,32 @@ def test_grouped_linear_nvfp4_errors():
             tep.grouped_linear(torch.ones(32, 32), layer.weights(), torch.tensor([16, 16]))
         with pytest.raises(TypeError, match="twinengine.grouped_linear: pre-quantized NVFP4 weights are not supported"):
             layer(torch.ones(32, 32), torch.tensor([16, 16]), is_first_microbatch=True)
-        with pytest.raises(TypeError, match="the GroupedLinear basic op does not run NVFP4BlockScaling yet"):
-            ops.Sequential(ops.GroupedLinear(2, 32, 16))(torch.ones(32, 32), torch.tensor([16, 16]))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_grouped_linear_basic_op_nvfp4_matches_module(dtype):
+    """ops.GroupedLinear under NVFP4 (RHT for bf16 only, SR with its rng_state advanced by G per
+    call): the module's bytes and rng state over two calls."""
+    torch.manual_seed(2)
+    torch_dtype = getattr(torch, dtype)
+    op = ops.GroupedLinear(3, 32, 16, dtype=torch_dtype, rng_seed=9)
+    module = tep.GroupedLinear(3, 32, 16, params_dtype=torch_dtype, rng_seed=9)
+    module.load_state_dict(op.state_dict())
+    x_np = np.random.default_rng(4).standard_normal((48, 32)).astype(np.float32).astype(NUMPY_DTYPES[dtype])
+    dy_np = np.random.default_rng(5).standard_normal((48, 16)).astype(np.float32).astype(NUMPY_DTYPES[dtype])
+    seq = ops.Sequential(op)
+    for splits in ([16, 0, 32], [32, 16, 0]):
+        outs = []
+        for layer in (seq, module):
+            layer.zero_grad()
+            x = to_torch(x_np).requires_grad_()
+            with tep.autocast(recipe=te.recipe.NVFP4BlockScaling()):
+                y = layer(x, torch.tensor(splits))
+            y.backward(to_torch(dy_np))
+            outs.append([from_torch(y), from_torch(x.grad)] + [from_torch(p.grad) for p in layer.parameters()])
+        for j, (a, b) in enumerate(zip(*outs)):
+            assert_bytes_equal(a, b, f"splits {splits} result {j}")
+        assert op.rng_state.tolist() == module.rng_state.tolist()
 
 
 def _load(layer, w, b):

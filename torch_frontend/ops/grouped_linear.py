@@ -10,8 +10,11 @@ from typing import Any
 import torch
 
 from ...fusion.ops import OpDesc, check_features
+from ...linear import for_input_dtype
 from ...ops.gemm import block_2d, check_grouped_weights, grouped_quantizers
+from .._library import dtype_name
 from .._ops.grouped_linear import fp8_backward, grouped_backward, grouped_fprop, prepare_m_splits
+from .._state import advance_rng
 from .op import BasicOperation, OpContext
 
 
@@ -22,7 +25,11 @@ class GroupedLinear(BasicOperation):
     Shapes: weight{g} (out_features, in_features), bias{g} (out_features,) (TE's names);
         x (..., in_features) -> y (..., out_features).
     Numerics: exactly ``twinengine.pytorch.GroupedLinear`` (each group the bytes of a Linear on
-        its rows, high precision or Float8CurrentScaling); m_splits gets no gradient.
+        its rows, in high precision or under a recipe without per-expert state, i.e. all but
+        DelayedScaling); m_splits gets no gradient.
+    RNG: ``rng_state`` int64 (2,) buffer [seed, offset] (non-persistent: the state dict keeps
+        TE's names), advanced by ``num_gemms`` per call under a recipe whose gradient rounds
+        stochastically (NVFP4), as ``twinengine.pytorch.GroupedLinear``'s.
     Raises:
         TypeError: inside autocast with another recipe; ValueError / TypeError: core m_splits
             and weight checks (eagerly on CPU also Σ m_splits != rows, negative splits; the
@@ -32,7 +39,7 @@ class GroupedLinear(BasicOperation):
     num_extra_inputs = 1
 
     def __init__(self, num_gemms: int, in_features: int, out_features: int, *, bias: bool = True, device: Any = None,
-                 dtype: torch.dtype = torch.float32) -> None:
+                 dtype: torch.dtype = torch.float32, rng_seed: int = 0) -> None:
         super().__init__()
         check_features("GroupedLinear", in_features=in_features, out_features=out_features)
         self.num_gemms = num_gemms
@@ -50,14 +57,18 @@ class GroupedLinear(BasicOperation):
                 self.register_parameter(f"bias{g}", b)
         check_grouped_weights(num_gemms, [getattr(self, f"weight{g}") for g in range(num_gemms)],
                               [getattr(self, f"bias{g}") for g in range(num_gemms)] if bias else None)
+        self.register_buffer("rng_state", torch.tensor([rng_seed, 0], dtype=torch.int64, device=device),
+                             persistent=False)
 
     def describe(self) -> OpDesc:
         return OpDesc("user", "GroupedLinear")
 
     def op_call(self, recipe):
-        return {"quantizers": grouped_quantizers(recipe, delayed_ok=False, nvfp4_ok=False)}, {}
+        qs = grouped_quantizers(recipe, delayed_ok=False)
+        tensors = {"rng": advance_rng(self, self.num_gemms)} if qs is not None and qs.needs_rng else {}
+        return {"quantizers": qs}, tensors
 
-    def op_forward_compute(self, x, params, *, quantizers=None, extra_inputs=()):
+    def op_forward_compute(self, x, params, *, quantizers=None, extra_inputs=(), rng=None):
         (m_splits,) = extra_inputs
         g = self.num_gemms
         weight = torch.stack(params[:g])
@@ -69,11 +80,13 @@ class GroupedLinear(BasicOperation):
             y = grouped_fprop(x2, weight, splits, bias)
             saved.update(x=x2, weight=weight, m_splits=splits)
         else:
-            y, *copies, _ = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, quantizers.input,
-                                                                    quantizers.weight, quantizers.grad_output, None,
-                                                                    None, None, 0, "max")
+            qs = for_input_dtype(quantizers, dtype_name(x.dtype))  # NVFP4: RHT for bf16 only
+            saved["qs"] = qs
+            y, *copies, _ = torch.ops.twinengine.grouped_linear_fp8(x2, weight, splits, bias, qs.input, qs.weight,
+                                                                    qs.grad_output, None, None, None, 0, "max",
+                                                                    None, None, None, None, rng)
             saved.update(copies=(*copies, splits), shape=tuple(weight.shape),
-                         dtypes=(x.dtype, weight.dtype, saved["bias_dtype"]))
+                         dtypes=(x.dtype, weight.dtype, saved["bias_dtype"]), rng=rng)
         return y.reshape(*x.shape[:-1], self.out_features), saved
 
     def op_backward(self, ctx: OpContext, dy):
@@ -84,6 +97,6 @@ class GroupedLinear(BasicOperation):
         else:
             qs = s["qs"]
             dx, dw, db = fp8_backward(dy2, s["copies"], qs.grad_output, s["shape"], s["dtypes"],
-                                      two_d=(block_2d(qs.input), block_2d(qs.weight)))
+                                      two_d=(block_2d(qs.input), block_2d(qs.weight)), rng=s["rng"])
         dparams = tuple(dw.unbind(0)) + (tuple(db.unbind(0)) if db is not None else ())
         return (dx.reshape(*s["lead"], self.in_features), (None,)), dparams
