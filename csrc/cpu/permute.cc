@@ -168,6 +168,7 @@ TweStatus permute_rows(const PermuteArgs& a) {
   // Each output row is written once: copied from its token or, if no pair targets it, zeroed.
   std::vector<uint8_t> written(static_cast<size_t>(a.out_rows), 0);
   const int64_t out_bytes = a.out_rows * static_cast<int64_t>(row_bytes);
+  advise_huge_pages(out, out_bytes);
   parallel_for(a.params.num_tokens, out_bytes, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       for (int64_t i = 0; i < map.num_slots; ++i) {

@@ -1010,6 +1010,12 @@ struct DequantizeMxfp8 { static void run(const DequantizeArgs& a) { dequantize_m
 template <FP8Format F, typename Out>
 struct DequantizeFp8Block { static void run(const DequantizeArgs& a) { dequantize_fp8_block_typed<F, Out>(a); } };
 
+/*! Huge-page advice for the data copies of a quantize output (see advise_huge_pages). */
+void advise_outputs(const TweQuantizedTensor& o) {
+  for (const TweTensorView* v : {&o.rowwise_data, &o.columnwise_data})
+    if (present(v)) advise_huge_pages(v->data, numel(*v) * element_size(v->dtype));
+}
+
 }  // namespace
 
 template <typename T>
@@ -1030,6 +1036,7 @@ TweStatus quantize_fp8_current(const QuantizeArgs& a) {
 
 TweStatus quantize_fp8_per_tensor_with_amax(const QuantizeArgs& a, float amax) {
   ScopedIeeeSubnormals ieee;
+  advise_outputs(*a.output);
   return dispatch_high_precision(a.input->dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(a.input->data);
@@ -1231,6 +1238,7 @@ TweStatus grouped_quantize_nvfp4(const QuantizeArgs& a, const TweTensorView& m_s
 
 TweStatus quantize_fp8_delayed(const QuantizeArgs& a) {
   ScopedIeeeSubnormals ieee;
+  advise_outputs(*a.output);
   return dispatch_high_precision(a.input->dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(a.input->data);
@@ -1243,6 +1251,7 @@ TweStatus quantize_fp8_delayed(const QuantizeArgs& a) {
 
 TweStatus quantize_mxfp8(const QuantizeArgs& a) {
   ScopedIeeeSubnormals ieee;
+  advise_outputs(*a.output);
   return dispatch_high_precision(a.input->dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(a.input->data);
@@ -1254,6 +1263,7 @@ TweStatus quantize_mxfp8(const QuantizeArgs& a) {
 
 TweStatus quantize_fp8_block(const QuantizeArgs& a) {
   ScopedIeeeSubnormals ieee;
+  advise_outputs(*a.output);
   const float inf_value = dtype_max(a.input->dtype);
   return dispatch_high_precision(a.input->dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -1266,6 +1276,7 @@ TweStatus quantize_fp8_block(const QuantizeArgs& a) {
 
 TweStatus quantize_nvfp4(const QuantizeArgs& a) {
   ScopedIeeeSubnormals ieee;
+  advise_outputs(*a.output);
   return dispatch_high_precision(a.input->dtype, [&](auto tag) {
     using T = decltype(tag);
     nvfp4(a, static_cast<const T*>(a.input->data));
