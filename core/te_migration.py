@@ -220,3 +220,39 @@ def te_delayed_columns(gemm: int) -> tuple[tuple[int, int], int]:
     Linear's fwd (L, 2) and bwd (L, 1) delayed-scaling columns sit in a TE checkpoint."""
     fwd = TE_FWD_SLOTS_PER_GEMM * gemm
     return (fwd, fwd + 1), TE_BWD_SLOTS_PER_GEMM * gemm
+
+
+TE_QKV_SPLIT = ("query_", "key_", "value_")
+"""TE's ``parameters_split`` names of a ``fuse_qkv_params=False`` self-attention projection
+(``layernorm_qkv.`` with the input layernorm, ``qkv.`` without): ``query_weight``,
+``key_weight``, ``value_weight`` (and ``*_bias``). TE forces ``qkv_weight_interleaved=False``
+then, and its forward runs the concatenation ``[query; key; value]`` of the split parameters."""
+
+
+def fuse_te_qkv(state_dict: dict, concat: Callable[[list], Any], prefix: str = "") -> list[str]:
+    """Replace, in place, each complete TE split-QKV group under `prefix` (``<p>query_weight``,
+    ``<p>key_weight``, ``<p>value_weight``; the same for ``bias``) by the fused entry ``<p>weight``
+    (``<p>bias``) = ``concat([query, key, value])`` along rows: Q's H·D rows, then K's and V's
+    G·D rows each — twinengine's fused parameter with ``qkv_weight_interleaved=False``. The
+    bytes are the parts' (a concatenation). Incomplete groups (cross attention's
+    ``layernorm_query.query_weight``, ``key_value.{key,value}_weight``) are left as they are
+    (strict loading reports them). Returns the fused keys.
+
+    Raises:
+        ValueError: a state dict holding both a split group and its fused entry.
+    """
+    fused = []
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        for suffix in ("weight", "bias"):
+            if not key.endswith(TE_QKV_SPLIT[0] + suffix):
+                continue
+            stem = key[:-len(TE_QKV_SPLIT[0] + suffix)]
+            parts = [stem + split + suffix for split in TE_QKV_SPLIT]
+            if not all(part in state_dict for part in parts):
+                continue
+            if stem + suffix in state_dict:
+                fail("load_state_dict", ValueError, f"the state dict holds both {stem + suffix!r} and the split "
+                     f"{', '.join(repr(p) for p in parts)}; expected one of them")
+            state_dict[stem + suffix] = concat([state_dict.pop(part) for part in parts])
+            fused.append(stem + suffix)
+    return fused

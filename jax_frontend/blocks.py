@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..fusion.blocks import block_layout, normalization_kind
+from ..te_migration import fuse_te_qkv
 from .ops import BasicLinear, Bias, LayerNorm, MakeExtraOutput, RMSNorm, run_ops
 from .ops.activation import activation_op
 
@@ -120,9 +122,14 @@ def params_from_torch(state_dict: Mapping[str, Any]) -> dict:
     directly (same parameter names). Submodules become nested dicts: the state dict of a
     TransformerLayer gives ``{"self_attention": {"layernorm_qkv": {...}, "proj": {...}},
     "layernorm_mlp": {...}}`` — the ``"params"`` of the Flax TransformerLayer (dotted names split
-    at the dots; a name with a ``basic_ops`` component or a buffer name is left out)."""
+    at the dots; a name with a ``basic_ops`` component or a buffer name is left out). TE's
+    ``fuse_qkv_params=False`` names (``{query,key,value}_{weight,bias}`` of ``layernorm_qkv`` /
+    ``qkv``) become the fused ``weight`` / ``bias``, rows [Q; K; V] (core/te_migration.py
+    ``fuse_te_qkv``, the torch load hooks' conversion), as the Flax modules hold them."""
+    state = dict(state_dict)
+    fuse_te_qkv(state, lambda parts: jnp.concatenate([_torch_to_jax(p) for p in parts], axis=0))
     out: dict = {}
-    for name, tensor in state_dict.items():
+    for name, tensor in state.items():
         if tensor is None or name == "_extra_state":
             continue
         if "." not in name:
@@ -160,6 +167,8 @@ def params_to_torch(params: Mapping[str, Any]) -> dict:
 def _torch_to_jax(tensor: Any):
     import torch
 
+    if isinstance(tensor, jax.Array):  # already converted (fuse_te_qkv's concatenation)
+        return tensor
     t = tensor.detach().cpu().contiguous()
     if t.dtype == torch.bfloat16:
         return jnp.asarray(t.view(torch.int16).numpy().view(jnp.bfloat16))

@@ -25,8 +25,18 @@ pre-hook on those modules):
   the attention-dropout ``rng_state`` keeps its value. ``MultiheadAttention`` /
   ``TransformerLayer`` state dicts load through these rules per submodule; a TE
   ``TransformerLayer`` checkpoint keeps the layer's ``hidden_dropout_op.rng_state``.
+- TE's ``fuse_qkv_params=False`` (its default) names: a Linear / LayerNormLinear whose state
+  dict holds ``query_weight``, ``key_weight``, ``value_weight`` (and ``query_bias``,
+  ``key_bias``, ``value_bias``) — TE's ``self_attention.layernorm_qkv.*`` / ``qkv.*`` — gets
+  the fused ``weight`` (``bias``) = rows ``[query; key; value]`` (``core/te_migration.py``
+  ``fuse_te_qkv``, shared with ``twinengine.jax.params_from_torch``). TE forces
+  ``qkv_weight_interleaved=False`` for split parameters, so a ``MultiheadAttention`` /
+  ``TransformerLayer`` built with ``qkv_weight_interleaved=True`` refuses such a state dict.
+  Our modules themselves keep refusing ``fuse_qkv_params=False`` at construction: they hold the
+  fused parameter only, and a checkpoint of either naming loads into them.
 Not supported: TE checkpoints of FP8 parameters (``fp8_model_init``, TE tensor subclasses) and of
-``parameters_split`` layers (split names); strict loading reports their keys.
+other ``parameters_split`` layers (cross attention's ``layernorm_query.query_weight``,
+``key_value.{key,value}_weight``); strict loading reports their keys.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ from typing import Any
 import torch
 
 from ..ops.opdef import fail
-from ..te_migration import te_delayed_columns
+from ..te_migration import TE_QKV_SPLIT, fuse_te_qkv, te_delayed_columns
 
 _OP = "load_state_dict"
 _DELAYED_KEYS = ("scale_fwd", "amax_history_fwd", "scale_bwd", "amax_history_bwd")
@@ -110,7 +120,9 @@ def _delayed_owners(module: torch.nn.Module) -> list[str]:
 
 def load_te_checkpoint_hook(module: torch.nn.Module, state_dict: dict, prefix: str, local_metadata: Any,
                             strict: bool, missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
-    """load_state_dict pre-hook applying the module docstring's rule to a TE state dict."""
+    """load_state_dict pre-hook applying the module docstring's rule to a TE state dict (split
+    QKV names fused first)."""
+    fuse_te_qkv(state_dict, lambda parts: torch.cat(parts, 0), prefix)
     key = prefix + "_extra_state"
     if key not in state_dict:
         return
@@ -161,3 +173,18 @@ def load_te_transformer_hook(module: torch.nn.Module, state_dict: dict, prefix: 
     under the layer) keeps the hidden-dropout ``rng_state`` (TE has none)."""
     if _is_te_state(state_dict, prefix):
         _keep_buffers(module, state_dict, prefix, ("hidden_dropout_op.rng_state",))
+
+
+def load_te_mha_hook(module: torch.nn.Module, state_dict: dict, prefix: str, local_metadata: Any,
+                     strict: bool, missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+    """load_state_dict pre-hook of MultiheadAttention: TE's split QKV names (fused by the
+    projection's own hook) give rows ``[Q; K; V]``, which a module built with
+    ``qkv_weight_interleaved=True`` would read as per-group rows: refused (module docstring)."""
+    if not module.qkv_weight_interleaved:
+        return
+    for sub in ("layernorm_qkv.", "qkv."):
+        key = prefix + sub + TE_QKV_SPLIT[0] + "weight"
+        if key in state_dict:
+            fail(_OP, ValueError, f"{key!r} is a TE fuse_qkv_params=False checkpoint, whose QKV rows are "
+                 "[query; key; value] (TE ignores qkv_weight_interleaved for split parameters); build the "
+                 "module with qkv_weight_interleaved=False to load it")

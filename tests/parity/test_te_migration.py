@@ -311,3 +311,70 @@ def test_te_transformer_layer_checkpoint_loads():
                      "core_attention._extra_state": torch.empty(0, dtype=torch.uint8)})
     mha.load_state_dict(mha_dict)
     assert torch.equal(mha.qkv.weight, mha_dict["qkv.weight"])
+
+
+def _split_qkv(fused: dict, prefix: str, q_rows: int, kv_rows: int) -> dict:
+    """The TE ``fuse_qkv_params=False`` (TE's default) names of a fused state dict: the QKV
+    projection's ``weight`` / ``bias`` become ``{query,key,value}_{weight,bias}``."""
+    out = {k: v for k, v in fused.items() if k not in (prefix + "weight", prefix + "bias")}
+    for suffix in ("weight", "bias"):
+        q, k, v = torch.split(fused[prefix + suffix], [q_rows, kv_rows, kv_rows])
+        out.update({f"{prefix}query_{suffix}": q.clone(), f"{prefix}key_{suffix}": k.clone(),
+                    f"{prefix}value_{suffix}": v.clone()})
+    return out
+
+
+@pytest.mark.parametrize("kind", ["transformer_layer", "mha"])
+def test_te_unfused_qkv_checkpoint_loads_as_fused(kind):
+    """A TE state dict with split query/key/value parameters (TE's default fuse_qkv_params=False
+    names) loads strictly, into the same parameters and the same output bytes as the fused one,
+    and params_from_torch gives the same Flax params for both."""
+    if kind == "transformer_layer":
+        make = lambda **kw: tep.TransformerLayer(64, 96, 4, num_gqa_groups=2, activation="swiglu",  # noqa: E731
+                                                 params_dtype=torch.bfloat16, amax_history_len=8, seed=5, **kw)
+        prefix, x_dtype = "self_attention.layernorm_qkv.", torch.bfloat16
+    else:
+        make = lambda **kw: tep.MultiheadAttention(64, 4, num_gqa_groups=2, input_layernorm=False,  # noqa: E731
+                                                   amax_history_len=8, **kw)
+        prefix, x_dtype = "qkv.", torch.float32
+    a, b = make().eval(), make().eval()
+    torch.manual_seed(4)
+    fused = {name: torch.randn_like(p) / 8 for name, p in a.named_parameters()}
+    attention = "self_attention." if kind == "transformer_layer" else ""
+    te_modules = {name.rsplit(".", 1)[0] for name in fused} | {attention + "core_attention"}
+    fused.update({f"{m}._extra_state": torch.empty(0, dtype=torch.uint8) for m in te_modules})
+    unfused = _split_qkv(fused, prefix, q_rows=64, kv_rows=32)
+    assert prefix + "weight" not in unfused and prefix + "query_weight" in unfused
+    a.load_state_dict(fused)
+    b.load_state_dict(unfused)  # strict
+    assert prefix + "query_weight" in unfused and prefix + "weight" not in unfused  # the caller's dict unchanged
+    for name, p in b.named_parameters():
+        assert_bytes_equal(from_torch(p.detach()), from_torch(fused[name]), name)
+    x = torch.randn(8, 2, 64, generator=torch.Generator().manual_seed(6)).to(x_dtype)
+    with torch.no_grad():
+        assert_bytes_equal(from_torch(b(x)), from_torch(a(x)), "unfused vs fused checkpoint")
+    p_unfused, p_fused = tej.params_from_torch(unfused), tej.params_from_torch(fused)
+    flat_u, flat_f = jax.tree_util.tree_leaves_with_path(p_unfused), jax.tree_util.tree_leaves_with_path(p_fused)
+    assert [path for path, _ in flat_u] == [path for path, _ in flat_f]
+    for (path, u), (_, f) in zip(flat_u, flat_f):
+        assert u.dtype == f.dtype, path
+        assert_bytes_equal(np.asarray(u), np.asarray(f), str(path))
+
+
+def test_te_unfused_qkv_checkpoint_errors():
+    """Split QKV rows are [Q; K; V] (TE forces qkv_weight_interleaved=False for them): an
+    interleaved module refuses them; a dict with both names is refused; fuse_qkv_params=False at
+    construction stays refused."""
+    mha = tep.MultiheadAttention(64, 4, input_layernorm=True, qkv_weight_interleaved=True)
+    fused = {name: p.detach().clone() for name, p in mha.named_parameters()}
+    unfused = _split_qkv(fused, "layernorm_qkv.", q_rows=64, kv_rows=64)
+    with pytest.raises(ValueError, match="qkv_weight_interleaved=False"):
+        mha.load_state_dict(unfused)
+    both = dict(unfused, **{"layernorm_qkv.weight": fused["layernorm_qkv.weight"]})
+    plain = tep.MultiheadAttention(64, 4, input_layernorm=True)
+    with pytest.raises(ValueError, match="both 'layernorm_qkv.weight' and the split"):
+        plain.load_state_dict(both)
+    with pytest.raises(ValueError, match="both 'layernorm_qkv.weight' and the split"):
+        tej.params_from_torch(both)
+    with pytest.raises(ValueError, match="fuse_qkv_params"):
+        tep.MultiheadAttention(64, 4, fuse_qkv_params=False)

@@ -14,7 +14,7 @@ from .._ops.attention import attention_bwd, attention_fwd
 from .._ops.rope import apply_rotary_pos_emb
 from .._state import draw_rng, is_recompute, may_be_recomputed, record_call, replayed_call
 from ..autocast import current_recipe
-from ..te_migration import load_te_attention_hook
+from ..te_migration import load_te_attention_hook, load_te_mha_hook
 from .linear import Linear
 from .normalization import LayerNormLinear
 
@@ -146,7 +146,12 @@ class MultiheadAttention(torch.nn.Module):
         for g < G, the H/G query heads of group g, then its key head, then its value head
         (a reordering only: the same values as the [Q; K; V] layout with rows permuted).
     Checkpoints: a TE MultiheadAttention state dict of these names loads (``te_migration.py``:
-        the projections' delayed-scaling state; TE's FP8-attention metadata is dropped).
+        the projections' delayed-scaling state; TE's FP8-attention metadata is dropped), and so
+        does one saved with TE's default ``fuse_qkv_params=False`` (``layernorm_qkv.`` / ``qkv.``
+        ``{query,key,value}_{weight,bias}``): the parts are concatenated into the fused rows
+        [Q; K; V] (TE's split layout is never interleaved, so that needs
+        ``qkv_weight_interleaved=False``). The module itself only holds the fused parameter:
+        ``fuse_qkv_params=False`` at construction stays refused.
     Dtypes: parameters in ``params_dtype``; the computation follows the sub-modules.
     Numerics: the projections are ``LayerNormLinear`` / ``Linear`` (quantized by the
         ``tep.autocast`` recipe, NUMERICS.md); attention is ``DotProductAttention``
@@ -160,6 +165,7 @@ class MultiheadAttention(torch.nn.Module):
         num_attention_heads without kv_channels, num_attention_heads not divisible by
         num_gqa_groups, unknown normalization / qkv_format / attn_mask_type, a window
         contradicting the mask type, ``fuse_qkv_params=False``; input errors from the sub-modules.
+        ValueError (load_state_dict): a split-QKV TE state dict with ``qkv_weight_interleaved=True``.
     """
 
     def __init__(self, hidden_size: int, num_attention_heads: int, kv_channels: int | None = None,
@@ -200,6 +206,7 @@ class MultiheadAttention(torch.nn.Module):
                                                   softmax_scale=softmax_scale, seed=seed)
         self.proj = Linear(num_attention_heads * kv_channels, hidden_size, bias, params_dtype=params_dtype,
                            device=device, amax_history_len=amax_history_len, rng_seed=seed + 1)
+        self.register_load_state_dict_pre_hook(load_te_mha_hook)  # TE split-QKV checkpoints (te_migration.py)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask=None, attn_mask_type: str | None = None,
                 window_size=None, rotary_pos_emb=None, cu_seqlens_q: torch.Tensor | None = None,

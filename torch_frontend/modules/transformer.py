@@ -30,7 +30,10 @@ class TransformerLayer(torch.nn.Module):
     Checkpoints: a TE TransformerLayer state dict of these names (``fuse_qkv_params=True``)
         loads, ``_extra_state`` entries included (``te_migration.py``); build the layer with
         ``qkv_weight_interleaved=True`` for a TE layer saved with TE's default QKV row order
-        (``MultiheadAttention``'s docstring).
+        (``MultiheadAttention``'s docstring). One saved with TE's default
+        ``fuse_qkv_params=False`` (``self_attention.layernorm_qkv.{query,key,value}_{weight,bias}``)
+        loads too, its parts concatenated into the fused rows [Q; K; V] (build the layer with
+        ``qkv_weight_interleaved=False``, which TE itself forces for split parameters).
     Dtypes: parameters in ``params_dtype``; hidden_states of that dtype.
     Numerics: each block as its module (NUMERICS.md; docs/attention.md for the attention); the
         residual adds are fl(x + r) in x's dtype (AddExtraInput); hidden dropout NUMERICS.md §11.
