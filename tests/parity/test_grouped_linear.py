@@ -61,11 +61,14 @@ def test_grouped_linear_errors_have_the_same_text():
     for call in (lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([4, 3])),
                  lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((2, 4, 2)), jnp.asarray([4, 3])),
                  lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 3, torch.tensor([3, 3])),
-                 lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((3, 4, 2)), jnp.asarray([3, 3]))):
+                 lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((3, 4, 2)), jnp.asarray([3, 3])),
+                 lambda: tep.grouped_linear(torch.ones(6, 4), [torch.ones(2, 4)] * 2, torch.tensor([4, 1])),
+                 lambda: tej.grouped_dense(jnp.ones((6, 4)), jnp.ones((2, 4, 2)), jnp.asarray([4, 1]))):
         with pytest.raises(ValueError) as err:
             call()
         messages.append(str(err.value))
-    assert messages[0] == messages[1] and messages[2] == messages[3]
+    assert messages[0] == messages[1] and messages[2] == messages[3] and messages[4] == messages[5]
+    assert messages[4] == "twinengine.grouped_linear: m_splits must sum to the 6 rows of the input, got sum 5"
 
 
 def _delayed_torch_step(layer, x, splits, recipe):
