@@ -11,21 +11,24 @@ import traceback
 import torch
 import torch.multiprocessing as mp
 
-RECIPES = ("high_precision", "delayed", "fp8_current", "mxfp8", "fp8_block")
+RECIPES = ("high_precision", "delayed", "fp8_current", "mxfp8", "fp8_block", "nvfp4")
 LAYOUTS = ("column", "column_sp", "row", "row_sp")
 COMPILED = (("fp8_current", "column_sp"), ("delayed", "row"))
 BLOCK_LAYOUTS = {"lnl": LAYOUTS, "mlp": ("tp", "tp_sp")}
 BLOCK_COMPILED = (("lnl", "fp8_current", "column_sp"), ("mlp", "mxfp8", "tp_sp"))
 SEQ, STEPS = 128, 2
 OTHER_CASES = ("amax_reduction_current", "delayed_dp_histories", "sequential_collectives", "fsdp2_training",
-               "nvfp4_tp_raises", "bad_arguments", "quantized_gather", "fusible_amax_group", "mlp_swiglu")
+               "nvfp4_sr_rht_tp", "bad_arguments", "quantized_gather", "fusible_amax_group", "mlp_swiglu")
 
 
 def _recipe(name):
     from twinengine import recipe as R
     return {"high_precision": None, "delayed": R.DelayedScaling(amax_history_len=4, margin=1),
             "fp8_current": R.Float8CurrentScaling(), "mxfp8": R.MXFP8BlockScaling(),
-            "fp8_block": R.Float8BlockScaling(), "nvfp4": R.NVFP4BlockScaling()}[name]
+            "fp8_block": R.Float8BlockScaling(),
+            # fp32 tests: no RHT (bf16 only); no stochastic rounding, whose bits follow an element's
+            # index in the (sharded) tensor, so sharded gradients round differently
+            "nvfp4": R.NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=True)}[name]
 
 
 def case_names(world):
@@ -441,15 +444,33 @@ def _expect_error(name, fn, exc_type, text):
     raise AssertionError(f"{name}: no {exc_type.__name__} raised")
 
 
-def _nvfp4_tp_raises(rank, world):
+def _nvfp4_sr_rht_tp(rank, world):
+    """NVFP4 with RHT and stochastic rounding (bf16) in a column-parallel Linear and
+    LayerNormLinear: the global amaxes are reduced over the tp_group, so the forward output is the
+    exact slice of the single-process one; the backward runs (stochastic rounding draws per
+    element index of the local tensor, so sharded gradients are not the single-device bytes)."""
     import twinengine.pytorch as te
-    layer = te.Linear(64, 64, tp_group=torch.distributed.group.WORLD, tp_size=world, parallel_mode="column")
-    x = torch.randn(32, 64, dtype=torch.bfloat16)
-
-    def run():
-        with te.autocast(_recipe("nvfp4")):
-            layer.to(torch.bfloat16)(x)
-    _expect_error("nvfp4", run, TypeError, "NVFP4's global amax is not reduced")
+    from twinengine import recipe as R
+    group = torch.distributed.group.WORLD
+    gen = torch.Generator().manual_seed(31)
+    n = 64 * world
+    x = torch.randn(32, 64, generator=gen).to(torch.bfloat16)
+    w = (torch.randn(n, 64, generator=gen) / 8).to(torch.bfloat16)
+    feat = slice(rank * 64, (rank + 1) * 64)
+    for make in (lambda **kw: te.Linear(64, n, bias=False, params_dtype=torch.bfloat16, **kw),
+                 lambda **kw: te.LayerNormLinear(64, n, bias=False, params_dtype=torch.bfloat16, **kw)):
+        whole, part = make(), make(tp_group=group, tp_size=world, parallel_mode="column")
+        with torch.no_grad():
+            whole.weight.copy_(w)
+            part.weight.copy_(w[feat])
+        xi = x.clone().requires_grad_(True)
+        with te.autocast(R.NVFP4BlockScaling()):
+            y = part(xi)
+            y_whole = whole(x)
+        _exact(f"{type(whole).__name__} y", y.detach(), y_whole.detach()[:, feat])
+        y.float().sum().backward()
+        if not torch.isfinite(xi.grad.float()).all():
+            _FAILS.append(f"{type(whole).__name__}: non-finite input gradient")
 
 
 def _bad_arguments(rank, world):

@@ -45,13 +45,13 @@ class autocast:
     Regions nest; the innermost wins.
 
     ``amax_reduction_group`` (a ``torch.distributed`` ProcessGroup): every whole-tensor amax
-    the layers take — per-tensor current scaling, the delayed-scaling history update — is
+    the layers take — per-tensor current scaling, NVFP4's global amaxes, the delayed-scaling
+    history update — is
     all-reduced with MAX over it before the scale is formed (NUMERICS.md §12, TE's
     ``reduce_amax``), through functional collectives that ``torch.compile(fullgraph=True)``
     traces. With data parallelism this keeps DelayedScaling histories identical on all ranks;
     with tensor-parallel layers it must contain their tp_group (TE's convention), which they
-    then reduce over instead of the tp_group alone. NVFP4's global amax is not reduced yet:
-    NVFP4 with a group raises.
+    then reduce over instead of the tp_group alone.
 
     Raises:
         TypeError: enabled without a twinengine Recipe (a TransformerEngine recipe is converted

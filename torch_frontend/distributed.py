@@ -6,9 +6,10 @@ Every collective is a ``torch.ops._c10d_functional`` op (the ops behind
 ``torch.compile(fullgraph=True)``), and eager code gets plain tensors back. Groups are runtime
 context, never part of a quantizer spec: layers keep the group's name (a string constant).
 
-Amax reduction: ``global_amax`` is the NaN-skipping amax of a local shard all-reduced with MAX;
-``quantize_with_amax`` quantizes a per-tensor current-scaling tensor with the scale formed from
-that amax (§2), byte for byte what ``quantize`` gives for the concatenated tensor.
+Amax reduction: ``global_amax`` is the NaN-skipping amax of a local shard all-reduced with MAX
+(``group_amax``: the amax a quantizer takes — that, or NVFP4's two global amaxes);
+``quantize_with_amax`` quantizes a per-tensor current-scaling or NVFP4 tensor with that amax
+(§2, §7 step 1), byte for byte what ``quantize`` gives for the concatenated tensor.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 
 from ..distributed import TRANSPOSED, gathered_shapes, quantized_gather_plan
 from ..quantized_tensor import QuantizedTensor
-from ..quantizers import Float8CurrentScalingQuantizer, Float8DelayedScalingQuantizer, Quantizer
+from ..quantizers import Float8CurrentScalingQuantizer, Float8DelayedScalingQuantizer, NVFP4Quantizer, Quantizer
 from ._ops.bias import bias_add, bias_grad
 from ._ops.quantize import quantize
 
@@ -66,8 +67,22 @@ def global_amax(x: torch.Tensor, name: str) -> torch.Tensor:
 
 def reduces_amax(quantizer: Quantizer) -> bool:
     """Whether `quantizer` forms its scale from a whole-tensor amax that a group must reduce
-    before quantizing (current scaling; delayed scaling reduces its history instead)."""
-    return isinstance(quantizer, Float8CurrentScalingQuantizer)
+    before quantizing (current scaling, NVFP4's global amaxes; delayed scaling reduces its
+    history instead)."""
+    return isinstance(quantizer, (Float8CurrentScalingQuantizer, NVFP4Quantizer))
+
+
+def group_amax(x: torch.Tensor, quantizer: Quantizer, name: str, rng: torch.Tensor | None = None) -> torch.Tensor:
+    """The group-wide amax ``quantize_with_amax`` takes for `quantizer`: current scaling the
+    (1,) ``global_amax``; NVFP4 the (2,) [rowwise, columnwise (after RHT)] global amaxes of x's
+    copies — the shard's own, from one quantize of it, all-reduced with MAX."""
+    if not isinstance(quantizer, NVFP4Quantizer):
+        return global_amax(x, name)
+    local = quantize(x.detach(), quantizer, rng=rng)
+    zero = torch.zeros(1, dtype=torch.float32, device=x.device)
+    amax = torch.cat([zero if local.amax is None else local.amax,
+                      zero if local.columnwise_amax is None else local.columnwise_amax])
+    return reduce_amax(amax, name)
 
 
 def scale_from_amax(amax: torch.Tensor, quantizer: Float8CurrentScalingQuantizer) -> torch.Tensor:
@@ -82,11 +97,14 @@ def scale_from_amax(amax: torch.Tensor, quantizer: Float8CurrentScalingQuantizer
     return torch.where(degenerate, torch.ones_like(s), s)
 
 
-def quantize_with_amax(x: torch.Tensor, quantizer: Float8CurrentScalingQuantizer,
-                       amax: torch.Tensor) -> QuantizedTensor:
-    """``quantize(x, quantizer)`` with the scale formed from the given (global) amax instead of
-    x's own: the cast ``RNE_sat(fl(x·s))`` and ``1/s`` of the per-tensor kernel with that scale.
-    The result carries `quantizer` and the global amax."""
+def quantize_with_amax(x: torch.Tensor, quantizer: Float8CurrentScalingQuantizer | NVFP4Quantizer,
+                       amax: torch.Tensor, rng: torch.Tensor | None = None) -> QuantizedTensor:
+    """``quantize(x, quantizer)`` with the scales formed from the given (global) amax instead of
+    x's own (``group_amax``'s shape): current scaling the cast ``RNE_sat(fl(x·s))`` and ``1/s``
+    of the per-tensor kernel with that scale, carrying `quantizer` and the global amax; NVFP4
+    the kernel's given-amax mode (``quantize(..., amax=)``, `rng` for stochastic rounding)."""
+    if isinstance(quantizer, NVFP4Quantizer):
+        return quantize(x, quantizer, rng=rng, amax=amax)
     given = Float8DelayedScalingQuantizer(fp8_dtype=quantizer.fp8_dtype, rowwise=quantizer.rowwise,
                                           columnwise=quantizer.columnwise)
     qt = quantize(x, given, scale=scale_from_amax(amax, quantizer))
@@ -100,7 +118,8 @@ def quantize_reduced(x: torch.Tensor, quantizer: Quantizer, name: str | None, **
     without a group or for quantizers that need no reduction)."""
     if name is None or not reduces_amax(quantizer):
         return quantize(x, quantizer, **kwargs)
-    return quantize_with_amax(x, quantizer, global_amax(x, name))
+    rng = kwargs.get("rng")
+    return quantize_with_amax(x, quantizer, group_amax(x, quantizer, name, rng), rng)
 
 
 # ---- quantized all-gather (sequence parallelism) -------------------------------------------

@@ -54,7 +54,7 @@ stochastically."""
 # ---- quantize ---------------------------------------------------------------------------
 
 def _validate_quantize(x: ArrayMeta, quantizer: Quantizer, scale: ArrayMeta | None = None,
-                       rng: ArrayMeta | None = None) -> None:
+                       rng: ArrayMeta | None = None, amax: ArrayMeta | None = None) -> None:
     op = "quantize"
     if not isinstance(quantizer, Quantizer):
         fail(op, TypeError, f"quantizer must be a twinengine Quantizer, got {type(quantizer).__name__}")
@@ -73,6 +73,13 @@ def _validate_quantize(x: ArrayMeta, quantizer: Quantizer, scale: ArrayMeta | No
     elif scale is not None:
         fail(op, ValueError, f"scale= is only used by Float8DelayedScalingQuantizer, not {type(quantizer).__name__}")
     _validate_rng(op, quantizer, rng)
+    if amax is not None:
+        if not isinstance(quantizer, NVFP4Quantizer):
+            fail(op, ValueError, f"amax= (given global amaxes) is only used by NVFP4Quantizer, not "
+                 f"{type(quantizer).__name__}")
+        if amax.dtype != "float32" or tuple(amax.shape) != (2,):
+            fail(op, ValueError, f"amax must be float32 of shape (2,) ([rowwise, columnwise] global amax), got "
+                 f"{amax.dtype} {dims(amax.shape)}")
     if isinstance(quantizer, MXFP8Quantizer) and (rows % 32 != 0 or cols % 32 != 0):
         fail(op, ValueError, f"MXFP8 needs the flattened (R, K) shape to have R and K divisible by 32 "
              f"(1x32 / 32x1 blocks), {_got_shape(x)}")
@@ -235,21 +242,27 @@ kernel (activation + quantize, ...) names the quantize kernel it runs on its out
 
 
 def _infer_quantize(x: ArrayMeta, quantizer: Quantizer, scale: ArrayMeta | None = None,
-                    rng: ArrayMeta | None = None) -> KernelCall:
+                    rng: ArrayMeta | None = None, amax: ArrayMeta | None = None) -> KernelCall:
     op, inputs, outputs = _QUANTIZE_KERNELS[quantizer.scaling_mode]
     if rng is not None:
         inputs = inputs + ("rng",)
+    if amax is not None:
+        inputs = inputs + ("amax",)
     return KernelCall(op, inputs, outputs(x, quantizer), _quantize_attrs(quantizer))
 
 
 QUANTIZE = OpDef(
     name="quantize",
-    args=("x", "scale", "rng"),
+    args=("x", "scale", "rng", "amax"),
     attrs=("quantizer",),
     validate=_validate_quantize,
     infer=_infer_quantize,
 )
-"""quantize(x, quantizer, scale=None, rng=None) -> QuantizedTensor fields.
+"""quantize(x, quantizer, scale=None, rng=None, amax=None) -> QuantizedTensor fields.
+
+amax (NVFP4 only): float32 (2,) given global amaxes [rowwise, columnwise (after RHT)] used
+    instead of x's own (NUMERICS.md §7 step 1's all-reduce MAX: a shard quantized with its
+    group's amax has the bytes of its rows / columns of the whole tensor's quantization).
 
 Shapes: x any rank >= 1, flattened to (R, K). Outputs per quantizer as NUMERICS.md lays out;
     MXFP8 needs R, K divisible by 32, FP8 block by 128, NVFP4 by 16.

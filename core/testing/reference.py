@@ -726,13 +726,14 @@ def _nvfp4_global_scales(A: np.float32):
     return np.float32(s_enc), s_dec
 
 
-def _nvfp4_quantize_copy(c2: np.ndarray, two_d: bool, stochastic: bool, copy_index: int, rng):
-    """Quantize one copy (rows, cols) per §7 steps 1-5 / 7 / 9.
+def _nvfp4_quantize_copy(c2: np.ndarray, two_d: bool, stochastic: bool, copy_index: int, rng, A=None):
+    """Quantize one copy (rows, cols) per §7 steps 1-5 / 7 / 9; `A` a given global amax (step 1's
+    all-reduce MAX) instead of the copy's own.
 
     Returns (codes (rows, cols) uint8 unpacked, d_b codes (rows, cols/16) uint8, A (float32)).
     """
     rows, cols = c2.shape
-    A = np.float32(_amax_along(c2, axis=None))
+    A = np.float32(_amax_along(c2, axis=None) if A is None else A)
     s_enc, s_dec = _nvfp4_global_scales(A)
     factor = np.float32(s_enc * (_f32(1.0) / _f32(6.0)))  # fl(S_enc * fl(1/6))
 
@@ -757,7 +758,7 @@ def _nvfp4_quantize_copy(c2: np.ndarray, two_d: bool, stochastic: bool, copy_ind
 
 
 def quantize_nvfp4_ref(
-    x, rowwise=True, columnwise=True, with_rht=False, two_d=False, stochastic=False, rng=(0, 0)
+    x, rowwise=True, columnwise=True, with_rht=False, two_d=False, stochastic=False, rng=(0, 0), global_amax=None
 ) -> dict:
     """§7 NVFP4.
 
@@ -769,6 +770,8 @@ def quantize_nvfp4_ref(
       roundup(R/16,4)) entry [k, r//16], columnwise_amax float32 (1,).
     two_d: 16x16 tiles of each copy (for the RNE path this makes the columnwise copy exactly the
     transpose of the rowwise one).  stochastic: §7 step 9 on both copies, rng = (seed, offset).
+    global_amax: given (A_rowwise, A_columnwise) used instead of each copy's own amax (the
+    group-wide amaxes of a shard, §7 step 1 / §12).
     """
     dtype_name = _input_dtype_name(x)
     x2, R, K = _as_2d(x)
@@ -782,7 +785,8 @@ def quantize_nvfp4_ref(
             raise ValueError("rng seed and offset must be in [0, 2**32)")
     out = {}
     if rowwise:
-        codes, d_code, A = _nvfp4_quantize_copy(x2, two_d, stochastic, 0, rng)
+        codes, d_code, A = _nvfp4_quantize_copy(x2, two_d, stochastic, 0, rng,
+                                                None if global_amax is None else global_amax[0])
         out["rowwise_data"] = pack_e2m1_ref(codes).reshape(tuple(np.shape(x)[:-1]) + (K // 2,))
         out["rowwise_scale_inv"] = _padded(d_code, (_roundup(R, 128), _roundup(K // 16, 4)), np.uint8)
         out["amax"] = np.array([A], dtype=np.float32)
@@ -790,7 +794,8 @@ def quantize_nvfp4_ref(
         xt = np.ascontiguousarray(x2.T)  # (K, R)
         if with_rht:
             xt = rht_ref(xt)
-        codes, d_code, A = _nvfp4_quantize_copy(xt, two_d, stochastic, 1, rng)
+        codes, d_code, A = _nvfp4_quantize_copy(xt, two_d, stochastic, 1, rng,
+                                                None if global_amax is None else global_amax[1])
         out["columnwise_data"] = pack_e2m1_ref(codes)  # (K, R/2)
         out["columnwise_scale_inv"] = _padded(d_code, (_roundup(K, 128), _roundup(R // 16, 4)), np.uint8)
         out["columnwise_amax"] = np.array([A], dtype=np.float32)

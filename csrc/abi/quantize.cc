@@ -422,6 +422,12 @@ TweStatus twe_quantize_fp8_block(const TweTensorView* input, TweQuantizedTensor*
 
 TweStatus twe_quantize_nvfp4(const TweTensorView* input, const TweTensorView* rng, TweQuantizedTensor* output,
                              const TweQuantizeParams* params, void* stream) {
+  return twe_quantize_nvfp4_with_amax(input, rng, nullptr, output, params, stream);
+}
+
+TweStatus twe_quantize_nvfp4_with_amax(const TweTensorView* input, const TweTensorView* rng,
+                                       const TweTensorView* amax, TweQuantizedTensor* output,
+                                       const TweQuantizeParams* params, void* stream) {
   TweStatus st = check_input(input);
   if (st) return st;
   if (!output || !params) return fail(kTweInvalidArgument, "output and params must not be NULL");
@@ -450,7 +456,8 @@ TweStatus twe_quantize_nvfp4(const TweTensorView* input, const TweTensorView* rn
   } else if (present(rng)) {
     return fail(kTweInvalidArgument, "rng is only used with stochastic_rounding");
   }
-  QuantizeArgs args{input, nullptr, rng, output, *params, r, k, stream};
+  if (present(amax) && (st = check_view(amax, "amax", kTweFloat32, -1, 2, dev))) return st;
+  QuantizeArgs args{input, nullptr, rng, output, *params, r, k, stream, present(amax) ? amax : nullptr};
   st = run_on_device(dev, args, TWE_DEVICE_FNS(quantize_nvfp4));
   return st ? st : succeed();
 }

@@ -882,8 +882,11 @@ void nvfp4(const QuantizeArgs& a, const T* x) {
   const bool rht = a.params.with_rht != 0;
   const bool columnwise = present(&t.columnwise_data);
   // x and xᵀ hold the same values: one global amax serves both copies unless the RHT changes them.
+  // Given amaxes (a shard's group-wide [rowwise, columnwise] values) replace the computed ones.
+  const float* given = a.amax ? static_cast<const float*>(a.amax->data) : nullptr;
   float amax = 0.0f;
-  if (present(&t.rowwise_data) || (columnwise && !rht)) amax = tensor_amax(x, a.rows * a.cols);
+  if (given) amax = given[0];
+  else if (present(&t.rowwise_data) || (columnwise && !rht)) amax = tensor_amax(x, a.rows * a.cols);
   if (present(&t.rowwise_data)) {
     nvfp4_rows(x, a.rows, a.cols, two_d, amax, sr, copy(t.rowwise_data, t.rowwise_scale_inv, t.amax, 0));
   }
@@ -891,9 +894,10 @@ void nvfp4(const QuantizeArgs& a, const T* x) {
     const Nvfp4Copy out = copy(t.columnwise_data, t.columnwise_scale_inv, t.columnwise_amax, 1);
     if (rht) {
       const std::vector<float> xt = nvfp4_rht_operand(x, a.rows, a.cols);
-      nvfp4_rows(xt.data(), a.cols, a.rows, two_d, tensor_amax(xt.data(), a.rows * a.cols), sr, out);
+      nvfp4_rows(xt.data(), a.cols, a.rows, two_d, given ? given[1] : tensor_amax(xt.data(), a.rows * a.cols), sr,
+                 out);
     } else {
-      nvfp4_columns(x, a.rows, a.cols, two_d, amax, sr, out);
+      nvfp4_columns(x, a.rows, a.cols, two_d, given ? given[1] : amax, sr, out);
     }
   }
 }

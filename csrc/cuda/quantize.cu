@@ -1098,10 +1098,14 @@ TweStatus quantize_nvfp4(const QuantizeArgs& a) {
     return c;
   };
   TweStatus st;
-  for (float* amax : {row_amax, col_amax}) {
-    if (amax && (st = cuda_check(cudaMemsetAsync(amax, 0, sizeof(float), stream), "cudaMemsetAsync (amax)"))) {
-      return st;
-    }
+  const float* given = a.amax ? data_of<const float>(*a.amax) : nullptr;
+  for (int i = 0; i < 2; ++i) {  // given global amaxes copied in, else zeroed for the amax passes
+    float* amax = i == 0 ? row_amax : col_amax;
+    if (!amax) continue;
+    st = given ? cuda_check(cudaMemcpyAsync(amax, given + i, sizeof(float), cudaMemcpyDeviceToDevice, stream),
+                            "cudaMemcpyAsync (given amax)")
+               : cuda_check(cudaMemsetAsync(amax, 0, sizeof(float), stream), "cudaMemsetAsync (amax)");
+    if (st) return st;
   }
   if (rowwise && (st = zero_scale_padding(o.rowwise_scale_inv, R, K / kFp4Block, stream))) return st;
   if (columnwise && (st = zero_scale_padding(o.columnwise_scale_inv, K, R / kFp4Block, stream))) return st;
@@ -1112,13 +1116,14 @@ TweStatus quantize_nvfp4(const QuantizeArgs& a) {
     const bool load_vec = aligned(x, 16);
     // Global amaxes first (NUMERICS.md §7 step 1): the plain amax serves the rowwise copy and a
     // columnwise copy without RHT (the transpose has the same elements).
-    float* plain = row_amax ? row_amax : (rht ? nullptr : col_amax);
-    float* plain2 = row_amax && !rht ? col_amax : nullptr;
+    // Given amaxes (a shard's group-wide values) replace both passes.
+    float* plain = given ? nullptr : row_amax ? row_amax : (rht ? nullptr : col_amax);
+    float* plain2 = !given && row_amax && !rht ? col_amax : nullptr;
     TweStatus s = plain ? launch_amax(x, R * K, plain, plain2, stream) : kTweSuccess;
     if (s) return s;
     const unsigned col_tiles = static_cast<unsigned>((R + kFp4Tile - 1) / kFp4Tile * ((K + kFp4Tile - 1) / kFp4Tile));
     const Nvfp4Copy col = columnwise ? copy(o.columnwise_data, o.columnwise_scale_inv, col_amax, K, R) : base;
-    if (rht) {
+    if (rht && !given) {
       nvfp4_columnwise_kernel<T><<<col_tiles, kFp4Threads, 0, stream>>>(x, col, load_vec, true, col_amax);
       if ((s = check_launch("nvfp4_columnwise_kernel (amax)"))) return s;
     }

@@ -17,6 +17,7 @@ struct QuantizeArgs {
   int64_t rows;
   int64_t cols;
   void* stream;
+  const TweTensorView* amax = nullptr;  // NVFP4 given global amaxes [rowwise, columnwise], or NULL
 };
 
 /*! A dequantize call: `data` (R, K) or transposed (K, R) when columnwise; output (R, K). */

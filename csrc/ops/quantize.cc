@@ -118,12 +118,14 @@ TweStatus quantize_fp8_block(OpCall& call) {
   return twe_quantize_fp8_block(call.input(0), &out, &p, call.stream);
 }
 
-// inputs: x (, rng when stochastic_rounding) | outputs: quantized + per-copy amax
+// inputs: x (, rng when stochastic_rounding) (, amax: given global amaxes (2,)) | outputs: quantized + per-copy amax
 TweStatus quantize_nvfp4(OpCall& call) {
   TweQuantizedTensor out = quantized_outputs(call, AmaxOutputs::kPerCopy);
   TweQuantizeParams p = quantize_params(*call.attrs);
-  const TweTensorView* rng = call.inputs.size() > 1 ? call.input(1) : nullptr;
-  return twe_quantize_nvfp4(call.input(0), rng, &out, &p, call.stream);
+  size_t next = 1;
+  const TweTensorView* rng = p.stochastic_rounding && call.inputs.size() > next ? call.input(next++) : nullptr;
+  const TweTensorView* amax = call.inputs.size() > next ? call.input(next) : nullptr;
+  return twe_quantize_nvfp4_with_amax(call.input(0), rng, amax, &out, &p, call.stream);
 }
 
 // inputs: data, scale_inv | outputs: x_hat

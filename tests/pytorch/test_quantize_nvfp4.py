@@ -275,3 +275,43 @@ def test_quantize_nvfp4_opcheck():
     torch.library.opcheck(torch.ops.twinengine.dequantize.default,
                           (qt.columnwise_data, qt.columnwise_scale_inv, qt.columnwise_amax, q, [32, 64], "float32",
                            True))
+
+
+@pytest.mark.parametrize("q", NVFP4_QUANTIZERS, ids=case_id)
+def test_quantize_nvfp4_given_amax_matches_reference(q):
+    """quantize(x, q, amax=[A_row, A_col]) forms the scales from the given global amaxes
+    (§7 step 1's all-reduce MAX), byte for byte the reference with those amaxes."""
+    x_np = make_input("normal_1", (64, 48), "bfloat16", seed=5)
+    given = np.array([7.5, 11.25], dtype=np.float32)  # above the input's own amaxes
+    state = rng_for(q)
+    got = tep.quantize(to_torch(x_np), q, rng=_rng(state), amax=torch.from_numpy(given))
+    want = ref.quantize_nvfp4_ref(x_np, rowwise=q.rowwise, columnwise=q.columnwise, with_rht=q.with_rht,
+                                  two_d=q.with_2d_quantization, stochastic=q.stochastic_rounding,
+                                  rng=(0, 0) if state is None else tuple(state), global_amax=given)
+    assert_quantized_equal(fields_as_numpy(got), want, case_id(q))
+
+
+@pytest.mark.parametrize("q", [te.NVFP4Quantizer(with_rht=True), te.NVFP4Quantizer(with_2d_quantization=True)],
+                         ids=case_id)
+def test_quantize_nvfp4_shards_with_whole_amax_equal_whole(q):
+    """Row shards quantized with the whole tensor's amaxes (what a sequence-parallel group's MAX
+    all-reduce gives them) are the whole quantization's rows / columns, data and scales."""
+    x = to_torch(make_input("normal_1", (128, 64), "bfloat16", seed=9))
+    whole = tep.quantize(x, q)
+    amax = torch.cat([whole.amax, whole.columnwise_amax])
+    for i in range(2):
+        rows = slice(64 * i, 64 * (i + 1))
+        part = tep.quantize(x[rows], q, amax=amax)
+        assert torch.equal(part.rowwise_data, whole.rowwise_data[rows])
+        assert torch.equal(part.rowwise_scale_inv[:64], whole.rowwise_scale_inv[rows])
+        assert torch.equal(part.columnwise_data, whole.columnwise_data[:, 32 * i:32 * (i + 1)])
+        assert torch.equal(part.columnwise_scale_inv[:, :4], whole.columnwise_scale_inv[:, 4 * i:4 * (i + 1)])
+        assert torch.equal(part.amax, whole.amax) and torch.equal(part.columnwise_amax, whole.columnwise_amax)
+
+
+def test_quantize_nvfp4_given_amax_errors():
+    x = torch.ones(32, 32)
+    with pytest.raises(ValueError, match="amax= .* is only used by NVFP4Quantizer, not MXFP8Quantizer"):
+        tep.quantize(x, te.MXFP8Quantizer(), amax=torch.ones(2))
+    with pytest.raises(ValueError, match=r"amax must be float32 of shape \(2,\)"):
+        tep.quantize(x, te.NVFP4Quantizer(), amax=torch.ones(1))

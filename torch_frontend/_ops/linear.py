@@ -16,7 +16,7 @@ from ...ops.gemm import gemm_operand
 from ...quantized_tensor import QuantizedTensor
 from ...quantizers import Quantizer
 from ..autocast import current_amax_group, current_recipe
-from ..distributed import global_amax, quantize_reduced, quantize_with_amax, reduce_amax, reduces_amax
+from ..distributed import group_amax, quantize_reduced, quantize_with_amax, reduce_amax, reduces_amax
 from ...ops.quantize import QUANTIZE, ArrayMeta
 from .._library import dtype_name, meta, surface_errors, tensor_fallback
 from .bias import bias_add, bias_grad
@@ -228,9 +228,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
     check_rng(qs, rng is not None)
     if amax_group is None:
         amax_group = current_amax_group()
-    if amax_group is not None and qs.input.scaling_mode == "nvfp4":
-        raise TypeError("twinengine.linear: NVFP4's global amax is not reduced over a process group yet; run NVFP4 "
-                        "without amax_reduction_group / tensor parallelism")
     copies = weight if quantized_weight else weight_cache
     if copies is not None and copies.quantizer.scaling_mode == "nvfp4":
         raise TypeError("twinengine.linear: pre-quantized NVFP4 weights are not supported; pass the high-precision "
@@ -259,9 +256,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedTensor, bias: torch.
         w_parts = (weight, None, None, None, None)
     x_amax = w_amax = None
     if amax_group is not None and reduces_amax(qs.input):
-        x_amax = global_amax(x, amax_group)
+        x_amax = group_amax(x.reshape(-1, x.shape[-1]), qs.input, amax_group)
         if copies is None:
-            w_amax = global_amax(weight, amax_group)
+            w_amax = group_amax(weight, qs.weight, amax_group)
     y, *_, amax = _LinearQuantizedFunction.apply(
         x, w_parts[0], bias, *w_parts[1:], qs.input, weight_q, qs.grad_output, fwd_scale, bwd_scale, bwd_history,
         rng if qs.needs_rng else None, qs.margin, qs.amax_compute_algo, x_amax, w_amax, amax_group)

@@ -19,15 +19,15 @@ from .._library import (check_tensor_device, dtype_name, empty_outputs, launch, 
 
 @torch.library.custom_op("twinengine::quantize", mutates_args=())
 def _quantize(x: torch.Tensor, quantizer: Quantizer, scale: torch.Tensor | None = None,
-              rng: torch.Tensor | None = None) -> list[torch.Tensor]:
-    call = QUANTIZE.cached_plan(meta(x), quantizer, meta(scale), meta(rng))
-    arrays = {"x": x, "scale": scale, "rng": rng}
+              rng: torch.Tensor | None = None, amax: torch.Tensor | None = None) -> list[torch.Tensor]:
+    call = QUANTIZE.cached_plan(meta(x), quantizer, meta(scale), meta(rng), meta(amax))
+    arrays = {"x": x, "scale": scale, "rng": rng, "amax": amax}
     return launch(call, [arrays[name] for name in call.inputs], x.device)
 
 
 @_quantize.register_fake
-def _(x, quantizer, scale=None, rng=None):
-    return empty_outputs(QUANTIZE.infer(meta(x), quantizer, meta(scale), meta(rng)), x.device)
+def _(x, quantizer, scale=None, rng=None, amax=None):
+    return empty_outputs(QUANTIZE.infer(meta(x), quantizer, meta(scale), meta(rng), meta(amax)), x.device)
 
 
 @torch.library.custom_op("twinengine::dequantize", mutates_args=())
@@ -124,7 +124,7 @@ def _quantize_eager_cpu(x: torch.Tensor, quantizer: Quantizer) -> QuantizedTenso
 
 @surface_errors(_quantized_fallback)
 def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | None = None,
-             rng: torch.Tensor | None = None) -> QuantizedTensor:
+             rng: torch.Tensor | None = None, amax: torch.Tensor | None = None) -> QuantizedTensor:
     """Quantizes `x` as `quantizer` describes.
 
     Shapes: x any rank >= 1, flattened to (R, K); output layouts per NUMERICS.md §4–§7.
@@ -132,25 +132,29 @@ def quantize(x: torch.Tensor, quantizer: Quantizer, *, scale: torch.Tensor | Non
         scale (delayed scaling) float32 (1,); rng (NVFP4 stochastic rounding only) the
         [seed, offset] array of shape (2,), uint32 / int32 / int64, low 32 bits used
         (``twinengine.ops.quantize.RNG_DTYPES``): the same state gives the same bytes in both
-        frontends, and a new value is a new input, not a recompile.
+        frontends, and a new value is a new input, not a recompile; amax (NVFP4 only) float32
+        (2,): given global amaxes [rowwise, columnwise (after RHT)] replacing x's own — a shard
+        quantized with its group's MAX-reduced amaxes gets the whole tensor's scales
+        (NUMERICS.md §7 step 1, §12).
     Numerics: bit for bit NUMERICS.md (saturating casts, NaN-skipping amax); identical bytes
         to ``twinengine.jax.quantize`` for the same input.
     Raises:
         TypeError / ValueError: from the shared core checks (dtype, rank, empty input, block
         divisibility, missing or unexpected scale / rng, unsupported device).
     """
-    if scale is None and rng is None and plain_eager(x) and x.is_cpu:
+    if scale is None and rng is None and amax is None and plain_eager(x) and x.is_cpu:
         return _quantize_eager_cpu(x, quantizer)
     source = x if torch.is_grad_enabled() and x.requires_grad else None
     x = x.detach() if source is not None else x
-    for name, t in (("x", x), ("scale", scale), ("rng", rng)):
+    for name, t in (("x", x), ("scale", scale), ("rng", rng), ("amax", amax)):
         check_tensor_device("quantize", name, t)
-    eager = plain_eager(x, scale, rng)
-    call = (QUANTIZE.cached_plan if eager else QUANTIZE.plan)(meta(x), quantizer, meta(scale), meta(rng))
+    eager = plain_eager(x, scale, rng, amax)
+    call = (QUANTIZE.cached_plan if eager else QUANTIZE.plan)(meta(x), quantizer, meta(scale), meta(rng), meta(amax))
     if eager:  # the custom op's impl, without the dispatcher's overhead
-        arrays = launch(call, [{"x": x, "scale": scale, "rng": rng}[name] for name in call.inputs], x.device)
+        arrays = launch(call, [{"x": x, "scale": scale, "rng": rng, "amax": amax}[name] for name in call.inputs],
+                        x.device)
     else:
-        arrays = torch.ops.twinengine.quantize(x, quantizer, scale, rng)
+        arrays = torch.ops.twinengine.quantize(x, quantizer, scale, rng, amax)
     fields = {spec.name: array for spec, array in zip(call.outputs, arrays)}
     qt = QuantizedTensor(**fields, quantizer=quantizer, shape=tuple(x.shape), dtype=dtype_name(x.dtype))
     if source is not None:

@@ -57,8 +57,10 @@ class Linear(torch.nn.Module):
         single-device ones: column-parallel and sequence-parallel outputs are exact slices,
         row-parallel outputs equal within the tolerance of the different fp32 summation order.
         Block formats need their blocks not to straddle shards (the quantize checks reject the
-        local shapes otherwise); NVFP4 under tensor parallelism raises (its global amax is not
-        reduced yet).
+        local shapes otherwise). NVFP4's two global amaxes (rowwise, columnwise after RHT) are
+        reduced too (``quantize(..., amax=)``); its stochastically rounded gradients draw bits by
+        the element's index in the local tensor, so sharded gradients are not the single-device
+        bytes (disable_stochastic_rounding=True makes them so).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,

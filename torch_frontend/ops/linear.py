@@ -64,7 +64,7 @@ class BasicLinear(BasicOperation):
         this rank's slice of the input features; fp32 partial outputs are all-reduced (SUM), or
         reduce-scattered along dim 0 with ``sequence_parallel`` (the output gradient is then
         all-gathered), then rounded to x's dtype. Every whole-tensor amax (current scaling,
-        delayed-scaling histories) is all-reduced with MAX over the autocast's
+        NVFP4's global amaxes, delayed-scaling histories) is all-reduced with MAX over the autocast's
         ``amax_reduction_group``, else over the tensor-parallel group, so each rank quantizes
         with the single-device scale: column-parallel and sequence-parallel outputs are exact
         slices of the single-device output, row-parallel outputs equal within the tolerance of
@@ -72,8 +72,7 @@ class BasicLinear(BasicOperation):
         input only when no amax needs reducing and the input is not gathered.
     Raises:
         TypeError / ValueError: recipe errors (core/linear.py), a QuantizedTensor input outside
-            autocast, bad tensor-parallel arguments (core/distributed.py), NVFP4 with an amax
-            group (its global amax is not reduced yet).
+            autocast, bad tensor-parallel arguments (core/distributed.py).
     """
 
     param_names = ("weight",)
@@ -113,9 +112,6 @@ class BasicLinear(BasicOperation):
         if recipe is None:
             return {"quantizers": None, "amax_group": group}, {}
         qs = linear_quantizers(recipe)
-        if group is not None and qs.input.scaling_mode == "nvfp4":
-            fail("BasicLinear", TypeError, "NVFP4's global amax is not reduced over a process group yet; run NVFP4 "
-                 "without amax_reduction_group / tensor parallelism")
         tensors: dict[str, torch.Tensor] = {}
         if qs.delayed:
             check_delayed_state(self.fwd_amax_history.shape[0], qs)

@@ -130,6 +130,17 @@ TweStatus twe_quantize_fp8_block(const TweTensorView* input, TweQuantizedTensor*
 TweStatus twe_quantize_nvfp4(const TweTensorView* input, const TweTensorView* rng, TweQuantizedTensor* output,
                              const TweQuantizeParams* params, void* stream);
 
+/*! \brief twe_quantize_nvfp4 with given global amaxes (§7 step 1's optional all-reduce MAX: the
+ *  amax of the whole tensor a shard belongs to) instead of the input's own.
+ *  \param[in]     amax    fp32 (2,): [A of the rowwise copy, A of the columnwise copy (after RHT
+ *                          when with_rht)]; the entry of an absent copy is ignored. Written to the
+ *                          output's amax / columnwise_amax. NULL: twe_quantize_nvfp4.
+ *  Other parameters as twe_quantize_nvfp4.
+ */
+TweStatus twe_quantize_nvfp4_with_amax(const TweTensorView* input, const TweTensorView* rng,
+                                       const TweTensorView* amax, TweQuantizedTensor* output,
+                                       const TweQuantizeParams* params, void* stream);
+
 /*! \brief Dequantize per-tensor FP8 data: x̂ = fl(q · s_inv), rounded to the output dtype.
  *  \param[in]  data       FP8 (R, K), or (K, R) when `columnwise`.
  *  \param[in]  scale_inv  fp32 (1,).
