@@ -173,9 +173,9 @@ void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, in
   const simd::Isa isa = simd::elementwise_isa();
   if (isa != simd::Isa::kScalar) {
     const size_t kp = static_cast<size_t>(padded(a.cols));
-    std::vector<float> x(kp, 0.0f), y(kp, 0.0f);
-    if (isa == simd::Isa::kAvx512) avx512::forward_rows(a, gain, beta, begin, end, amax_key, x.data(), y.data());
-    else avx2::forward_rows(a, gain, beta, begin, end, amax_key, x.data(), y.data());
+    std::vector<float> x(kp, 0.0f);
+    if (isa == simd::Isa::kAvx512) avx512::forward_rows(a, gain, beta, begin, end, amax_key, x.data());
+    else avx2::forward_rows(a, gain, beta, begin, end, amax_key, x.data());
     return;
   }
 #endif
@@ -294,14 +294,6 @@ TWE_SIMD_INLINE void widen_typed(const T* src, int64_t n, float* dst) {
   for (; i < n; ++i) dst[i] = to_float(src[i]);
 }
 
-/*! dst[0:n] = src[0:n] rounded to T (RNE). */
-template <typename T>
-TWE_SIMD_INLINE void narrow_typed(const float* src, int64_t n, T* dst) {
-  int64_t i = 0;
-  for (; i + W <= n; i += W) store_rounded(dst + i, load<F>(src + i));
-  for (; i < n; ++i) dst[i] = FromFloat<T>::apply(src[i]);
-}
-
 TWE_SIMD_INLINE void widen(const TweTensorView* v, int64_t offset, int64_t n, float* dst) {
   switch (v->dtype) {
     case kTweFloat32: return widen_typed(static_cast<const float*>(v->data) + offset, n, dst);
@@ -310,38 +302,53 @@ TWE_SIMD_INLINE void widen(const TweTensorView* v, int64_t offset, int64_t n, fl
   }
 }
 
-/*! narrow to v's dtype; with `key`, also *key = the max amax_key of the rounded elements. */
-TWE_SIMD_INLINE void narrow(const float* src, int64_t n, TweTensorView* v, int64_t offset, uint32_t* key) {
+template <typename T, typename Value>
+TWE_SIMD_INLINE void write_typed(T* dst, int64_t n, Value value) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) store_rounded(dst + i, value(i));
+  if (i < n) {
+    float tail[W];
+    store(tail, value(i));
+    for (int64_t j = 0; i + j < n; ++j) dst[i + j] = FromFloat<T>::apply(tail[j]);
+  }
+}
+
+/*! Elements offset .. offset + n - 1 of view v = value(i) rounded to v's dtype (write_typed); with
+ *  `key`, also *key = the max amax_key of the rounded elements. */
+template <typename Value>
+TWE_SIMD_INLINE void write_output(TweTensorView* v, int64_t offset, int64_t n, uint32_t* key, Value value) {
   switch (v->dtype) {
     case kTweFloat32: {
       float* dst = static_cast<float*>(v->data) + offset;
-      narrow_typed(src, n, dst);
+      write_typed(dst, n, value);
       if (key) *key = amax_key_bits(dst, n);
       return;
     }
     case kTweBFloat16: {
       BFloat16* dst = static_cast<BFloat16*>(v->data) + offset;
-      narrow_typed(src, n, dst);
+      write_typed(dst, n, value);
       if (key) *key = amax_key_bits(dst, n);
       return;
     }
     default: {
       Float16* dst = static_cast<Float16*>(v->data) + offset;
-      narrow_typed(src, n, dst);
+      write_typed(dst, n, value);
       if (key) *key = amax_key_bits(dst, n);
       return;
     }
   }
 }
 
-/*! forward_rows_scalar's rows in W-lane vectors; x, y: padded(k) floats of scratch. */
-void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, int64_t begin,
-                                  int64_t end, uint32_t* amax_key, float* x, float* y) {
+/*! forward_rows_scalar's rows in W-lane vectors, y rounded and stored as it is computed; x:
+ *  padded(k) floats of scratch. */
+void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, int64_t begin, int64_t end,
+                  uint32_t* amax_key, float* x) {
   const int64_t k = a.cols;
   float* mu_out = a.mu ? static_cast<float*>(a.mu->data) : nullptr;
   float* rstd_out = static_cast<float*>(a.rstd->data);
   for (int64_t r = begin; r < end; ++r) {
     widen(a.x, r * k, k, x);
+    uint32_t* key = amax_key ? amax_key + r : nullptr;
     float rstd;
     switch (a.kind) {
       case NormKind::kLayerNorm: {
@@ -352,12 +359,12 @@ void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, in
                                                 return d * d;
                                               }), k);
         rstd = numerics::norm_rstd(var, a.eps);
-        for (int64_t i = 0; i < k; i += W) {
+        write_output(a.y, r * k, k, key, [x, mu, rstd, gain, beta](int64_t i) {
           const F d = load<F>(x + i) - mu;  // layernorm_xhat, then layernorm_output
           const F xhat = d * rstd;
           const F scaled = xhat * load<F>(gain + i);
-          store(y + i, scaled + load<F>(beta + i));
-        }
+          return scaled + load<F>(beta + i);
+        });
         mu_out[r] = mu;
         break;
       }
@@ -367,10 +374,10 @@ void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, in
                                                return v * v;
                                              }), k);
         rstd = numerics::norm_rstd(ms, a.eps);
-        for (int64_t i = 0; i < k; i += W) {
+        write_output(a.y, r * k, k, key, [x, rstd, gain](int64_t i) {
           const F xhat = load<F>(x + i) * rstd;  // rmsnorm_output
-          store(y + i, xhat * load<F>(gain + i));
-        }
+          return xhat * load<F>(gain + i);
+        });
         break;
       }
       default: {
@@ -379,12 +386,11 @@ void forward_rows(const NormFwdArgs& a, const float* gain, const float* beta, in
           return v * v;
         });
         rstd = numerics::norm_rstd(sum_sq, a.eps);
-        for (int64_t i = 0; i < k; i += W) store(y + i, load<F>(x + i) * rstd);
+        write_output(a.y, r * k, k, key, [x, rstd](int64_t i) { return load<F>(x + i) * rstd; });
         break;
       }
     }
     rstd_out[r] = rstd;
-    narrow(y, k, a.y, r * k, amax_key ? amax_key + r : nullptr);
   }
 }
 
@@ -395,7 +401,6 @@ TWE_SIMD_INLINE void backward_row(const NormBwdArgs& a, const float* gain, int64
   widen(a.x, r * k, k, x);
   widen(a.dy, r * k, k, dy);
   const float rstd = static_cast<const float*>(a.rstd->data)[r];
-  float* dx = x;
   switch (a.kind) {
     case NormKind::kLayerNorm:
     case NormKind::kRMSNorm: {
@@ -413,18 +418,18 @@ TWE_SIMD_INLINE void backward_row(const NormBwdArgs& a, const float* gain, int64
       if (layernorm) {
         const float mean = numerics::norm_mean(
             canonical_sum(k, [ghat](int64_t i) { return load<F>(ghat + i); }), k);
-        for (int64_t i = 0; i < k; i += W) {  // layernorm_dx
+        write_output(a.dx, r * k, k, nullptr, [ghat, xhat, mean, b, rstd](int64_t i) {  // layernorm_dx
           const F centered = load<F>(ghat + i) - mean;
           const F projection = load<F>(xhat + i) * b;
           const F diff = centered - projection;
-          store(dx + i, rstd * diff);
-        }
+          return rstd * diff;
+        });
       } else {
-        for (int64_t i = 0; i < k; i += W) {  // rmsnorm_dx
+        write_output(a.dx, r * k, k, nullptr, [ghat, xhat, b, rstd](int64_t i) {  // rmsnorm_dx
           const F projection = load<F>(xhat + i) * b;
           const F diff = load<F>(ghat + i) - projection;
-          store(dx + i, rstd * diff);
-        }
+          return rstd * diff;
+        });
       }
       for (int64_t i = 0; i < k; i += W) {
         const F dyv = load<F>(dy + i);
@@ -439,16 +444,15 @@ TWE_SIMD_INLINE void backward_row(const NormBwdArgs& a, const float* gain, int64
       const float s = canonical_sum(k, [dy, y](int64_t i) {
         return load<F>(dy + i) * load<F>(y + i);
       });
-      for (int64_t i = 0; i < k; i += W) {  // l2norm_dx
+      write_output(a.dx, r * k, k, nullptr, [y, dy, s, rstd](int64_t i) {  // l2norm_dx
         const F yv = load<F>(y + i);
         const F projection = yv * s;
         const F diff = load<F>(dy + i) - projection;
-        store(dx + i, rstd * diff);
-      }
+        return rstd * diff;
+      });
       break;
     }
   }
-  narrow(dx, k, a.dx, r * k, nullptr);
 }
 
 /*! Rows of one backward lane: r = lane, lane + 32, ... (the scalar order). */
