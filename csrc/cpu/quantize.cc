@@ -8,6 +8,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include "internal/cpu.h"
 #include "internal/gemm.h"
@@ -195,24 +198,101 @@ inline void transpose_tile16(const uint8_t* in, int64_t in_stride, uint8_t* out,
 }
 #endif
 
-/*! out[k * out_stride + r] = in[r * in_stride + k] for r < rows, k < K: a row block of FP8
- *  bytes stored transposed. Each strip of 16 columns is transposed in 16×16 tiles (SSE2 where
- *  available) into a small contiguous buffer, then copied out as 16 runs of `rows` bytes, so the
- *  strided output is written in whole runs (no 4K-aliased 16-byte stores). */
-__attribute__((noinline)) void transpose_bytes(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t K,
-                                               uint8_t* out, int64_t out_stride) {
-  constexpr int64_t kStrip = 16;
-  std::vector<uint8_t> buffer(static_cast<size_t>(kStrip * rows));
-  uint8_t* buf = buffer.data();
-  for (int64_t k0 = 0; k0 < K; k0 += kStrip) {
-    const int64_t width = std::min(kStrip, K - k0);
-    int64_t r0 = 0;
-#if defined(__SSE2__)
-    if (width == kStrip)
-      for (; r0 + 16 <= rows; r0 += 16) transpose_tile16(in + r0 * in_stride + k0, in_stride, buf + r0, rows);
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TWE_TRANSPOSE_AVX512 1
+// GCC 12's 512-bit unpack intrinsics pass an undefined merge source (_mm512_undefined_epi32),
+// which -Wuninitialized reports once inlined here; the unmasked unpacks never read it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+/*! Four 16×16 byte tiles side by side (16 rows of 64 bytes) transposed at once: the SSE2 network
+ *  of transpose_tile16 on 512-bit registers, whose unpacks work within each 128-bit lane, so lane
+ *  t carries tile t. buf[(16t + c) * buf_stride + r] = in[r * in_stride + 16t + c]. */
+__attribute__((target("avx512f,avx512bw"))) void transpose_tiles64_avx512(const uint8_t* in, int64_t in_stride,
+                                                                          uint8_t* buf, int64_t buf_stride) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm512_loadu_si512(in + i * in_stride);
+  for (int i = 0; i < 8; ++i) {
+    b[2 * i] = _mm512_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+    b[2 * i + 1] = _mm512_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {
+    const __m512i* p = b + 4 * g;
+    a[4 * g + 0] = _mm512_unpacklo_epi16(p[0], p[2]);
+    a[4 * g + 1] = _mm512_unpackhi_epi16(p[0], p[2]);
+    a[4 * g + 2] = _mm512_unpacklo_epi16(p[1], p[3]);
+    a[4 * g + 3] = _mm512_unpackhi_epi16(p[1], p[3]);
+  }
+  for (int h = 0; h < 2; ++h) {
+    const __m512i* lo = a + 8 * h;
+    const __m512i* hi = a + 8 * h + 4;
+    for (int j = 0; j < 4; ++j) {
+      b[8 * h + 2 * j] = _mm512_unpacklo_epi32(lo[j], hi[j]);
+      b[8 * h + 2 * j + 1] = _mm512_unpackhi_epi32(lo[j], hi[j]);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    const __m512i even = _mm512_unpacklo_epi64(b[j], b[8 + j]);  // column 2j of each tile
+    const __m512i odd = _mm512_unpackhi_epi64(b[j], b[8 + j]);   // column 2j + 1
+    alignas(64) uint8_t lanes[2][64];
+    _mm512_store_si512(lanes[0], even);
+    _mm512_store_si512(lanes[1], odd);
+    for (int t = 0; t < 4; ++t) {
+      std::memcpy(buf + (16 * t + 2 * j) * buf_stride, lanes[0] + 16 * t, 16);
+      std::memcpy(buf + (16 * t + 2 * j + 1) * buf_stride, lanes[1] + 16 * t, 16);
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+
+bool cpu_has_avx512bw() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
 #endif
-    for (int64_t j = 0; j < width; ++j)
-      for (int64_t r = r0; r < rows; ++r) buf[j * rows + r] = in[r * in_stride + k0 + j];
+
+/*! out[k * out_stride + r] = in[r * in_stride + k] for r < rows, k < K: a row block of FP8
+ *  bytes stored transposed. Each strip of 64 columns (16 without AVX-512) is transposed in
+ *  16-row groups of byte tiles (AVX-512: four 16×16 tiles at once; SSE2: one) into a small
+ *  contiguous buffer, then copied out as runs of `rows` bytes, so the strided output is written
+ *  in whole runs (no 4K-aliased 16-byte stores). Pure data movement: the bytes are those of the
+ *  scalar loop whatever the path. */
+__attribute__((noinline, noclone)) void transpose_bytes(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t K,
+                                               uint8_t* out, int64_t out_stride) {
+#if defined(TWE_TRANSPOSE_AVX512)
+  const bool wide = cpu_has_avx512bw();
+#else
+  const bool wide = false;
+#endif
+  const int64_t strip = wide ? 64 : 16;
+  std::vector<uint8_t> buffer(static_cast<size_t>(strip * rows));
+  uint8_t* buf = buffer.data();
+  for (int64_t k0 = 0; k0 < K; k0 += strip) {
+    const int64_t width = std::min(strip, K - k0);
+    // Columns c0.. of the strip in tiles (a group of 64, or of 16, for every 16 rows), the
+    // rest element by element.
+    int64_t c0 = 0;
+#if defined(TWE_TRANSPOSE_AVX512)
+    if (width == 64) {
+      int64_t r0 = 0;
+      for (; r0 + 16 <= rows; r0 += 16) transpose_tiles64_avx512(in + r0 * in_stride + k0, in_stride, buf + r0, rows);
+      for (int64_t j = 0; j < 64; ++j)
+        for (int64_t r = r0; r < rows; ++r) buf[j * rows + r] = in[r * in_stride + k0 + j];
+      c0 = 64;
+    }
+#endif
+#if defined(__SSE2__)
+    for (; c0 + 16 <= width; c0 += 16) {
+      int64_t r0 = 0;
+      for (; r0 + 16 <= rows; r0 += 16)
+        transpose_tile16(in + r0 * in_stride + k0 + c0, in_stride, buf + c0 * rows + r0, rows);
+      for (int64_t j = c0; j < c0 + 16; ++j)
+        for (int64_t r = r0; r < rows; ++r) buf[j * rows + r] = in[r * in_stride + k0 + j];
+    }
+#endif
+    for (int64_t j = c0; j < width; ++j)
+      for (int64_t r = 0; r < rows; ++r) buf[j * rows + r] = in[r * in_stride + k0 + j];
     for (int64_t j = 0; j < width; ++j) std::memcpy(out + (k0 + j) * out_stride, buf + j * rows, static_cast<size_t>(rows));
   }
 }
