@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import os
 import pathlib
 import statistics
 import time
@@ -68,7 +69,7 @@ def parse_args() -> argparse.Namespace:
                         "docs/attention.md); fp8-current and fp8-delayed only")
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                    help="also train in high precision, from the same weights and batches (default: on)")
-    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 150; 60 with --distributed)")
     p.add_argument("--batch", type=int, default=16, help="sequences per step (batch x context tokens)")
     p.add_argument("--context", type=int, default=64, help="characters per sequence")
     p.add_argument("--hidden", type=int, default=128)
@@ -84,7 +85,13 @@ def parse_args() -> argparse.Namespace:
                         "worker threads, and a spinning OpenMP pool beside them only slows both down)")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("demo_out"),
                    help="folder for loss_<recipe>.png and losses_<recipe>.csv")
+    p.add_argument("--distributed", action="store_true",
+                   help="instead: an MLP character LM trained on one PyTorch device, on 2 PyTorch processes (TP=2 + "
+                        "sequence parallel, gloo) and on a 2x2 JAX CPU mesh (dp x tp), losses side by side "
+                        "(demo/distributed.py)")
     args = p.parse_args()
+    if args.steps is None:
+        args.steps = 60 if args.distributed else 150
     if args.fp8_attention and args.recipe not in FP8_ATTENTION:
         p.error(f"--fp8-attention needs --recipe {' or '.join(FP8_ATTENTION)}, got {args.recipe}")
     multiple = MULTIPLE.get(args.recipe)
@@ -144,6 +151,14 @@ def per_step_ms(times) -> float:
 
 def main() -> None:
     args = parse_args()
+    if args.distributed:
+        # 4 JAX host devices for the 2x2 mesh: set before JAX starts
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4".strip()
+        from .distributed import main as distributed_main
+
+        data = CharData(corpus(), args.context)
+        distributed_main(args, data.ids, data.vocab)
+        return
     data = CharData(corpus(), args.context)
     cfg = ModelConfig(data.vocab, args.context, args.hidden, args.ffn, args.heads, args.layers)
     cfg.check()
