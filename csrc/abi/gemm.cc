@@ -66,32 +66,24 @@ TweStatus check_operand(const TweGemmOperand* op, const char* name, TweGemmScali
   }
 }
 
-/*! An operand view of rank `ndim` (data may be NULL when it has no elements): high precision,
- *  or FP8 when `fp8`. */
-TweStatus check_hp_view(const TweTensorView* v, const char* name, int32_t ndim, TweDevice device, bool fp8 = false) {
+/*! What a grouped GEMM operand view holds. */
+enum class GroupedData { kHighPrecision, kFP8, kPackedFP4 };
+
+/*! An operand view of rank `ndim` (data may be NULL when it has no elements) holding `kind`
+ *  (packed FP4: uint8, two E2M1 values per byte). */
+TweStatus check_hp_view(const TweTensorView* v, const char* name, int32_t ndim, TweDevice device,
+                        GroupedData kind = GroupedData::kHighPrecision) {
   if (!v) return fail(kTweInvalidArgument, std::string(name) + " is missing");
-  if (fp8 && !is_fp8(v->dtype)) {
+  if (kind == GroupedData::kFP8 && !is_fp8(v->dtype)) {
     return fail(kTweInvalidArgument, std::string(name) + " must be float8_e4m3fn or float8_e5m2, got " +
                                          dtype_name(v->dtype));
   }
-  if (!fp8 && !is_high_precision(v->dtype)) {
+  if (kind == GroupedData::kPackedFP4 && v->dtype != kTweUInt8) {
+    return fail(kTweInvalidArgument, std::string(name) + " must be uint8 (packed E2M1), got " + dtype_name(v->dtype));
+  }
+  if (kind == GroupedData::kHighPrecision && !is_high_precision(v->dtype)) {
     return fail(kTweInvalidArgument, std::string(name) + " must be float32, bfloat16 or float16 (grouped GEMMs take "
                                      "high-precision operands), got " + dtype_name(v->dtype));
-  }
-  if (v->ndim != ndim) {
-    return fail(kTweInvalidArgument, std::string(name) + " must have rank " + std::to_string(ndim) + ", got " +
-                                         shape_string(*v));
-  }
-  if (v->device != device) return fail(kTweInvalidArgument, std::string(name) + " is on a different device than out");
-  if (!v->data && numel(*v) > 0) return fail(kTweInvalidArgument, std::string(name) + " data is missing");
-  return kTweSuccess;
-}
-
-/*! A packed NVFP4 operand view (uint8, two E2M1 values per byte) of rank `ndim`. */
-TweStatus check_packed_view(const TweTensorView* v, const char* name, int32_t ndim, TweDevice device) {
-  if (!v) return fail(kTweInvalidArgument, std::string(name) + " is missing");
-  if (v->dtype != kTweUInt8) {
-    return fail(kTweInvalidArgument, std::string(name) + " must be uint8 (packed E2M1), got " + dtype_name(v->dtype));
   }
   if (v->ndim != ndim) {
     return fail(kTweInvalidArgument, std::string(name) + " must have rank " + std::to_string(ndim) + ", got " +
@@ -126,10 +118,10 @@ TweStatus grouped_gemm_checked(const TweTensorView* a, const TweTensorView* a_sc
   }
   if (m_splits->device != dev) return fail(kTweInvalidArgument, "m_splits is on a different device than out");
   const int64_t groups = m_splits->shape[0];
-  TweStatus st = nvfp4 ? check_packed_view(a, "a", 2, dev) : check_hp_view(a, "a", 2, dev, fp8);
+  const GroupedData kind = nvfp4 ? GroupedData::kPackedFP4 : fp8 ? GroupedData::kFP8 : GroupedData::kHighPrecision;
+  TweStatus st = check_hp_view(a, "a", 2, dev, kind);
   if (st) return st;
-  if ((st = nvfp4 ? check_packed_view(b, "b", ragged_k ? 2 : 3, dev) : check_hp_view(b, "b", ragged_k ? 2 : 3, dev, fp8)))
-    return st;
+  if ((st = check_hp_view(b, "b", ragged_k ? 2 : 3, dev, kind))) return st;
   if ((st = check_hp_view(out, "out", ragged_k ? 3 : 2, dev))) return st;
   if (params->scaling == kTweGemmFP8PerTensor) {
     if ((st = check_view(a_scale_inv, "a scale_inv", kTweFloat32, -1, groups, dev))) return st;

@@ -105,15 +105,11 @@ def test_grouped_dense_under_an_unsupported_recipe_raises():
             tej.grouped_dense(jnp.ones((64, 32)), jnp.ones((2, 32, 32)), jnp.asarray([32, 32]))
 
 
-@pytest.mark.parametrize("dtype, splits, stochastic", [("bfloat16", [16, 0, 32, 16], True),
-                                                       ("float32", [0, 0, 64, 0], True),
-                                                       ("bfloat16", [32, 16, 0, 16], False)], ids=str)
-def test_grouped_dense_nvfp4_matches_per_group_dense(dtype, splits, stochastic):
-    """Each group quantized on its own (NVFP4 global amax, blocks, RHT for bf16, SR of the
-    gradient with rng [seed, offset + g]): the bytes of tej.dense on its rows with that rng."""
-    recipe = te.recipe.NVFP4BlockScaling(disable_stochastic_rounding=not stochastic)
-    x, k, b, dy = _case(splits, dtype, seed=3, K=64, N=32)
-    rng = jnp.asarray([9, 70], jnp.int32) if stochastic else None
+def _assert_grouped_matches_per_group_dense(recipe, splits, x, k, b, dy, seed_offset=None):
+    """Jitted grouped_dense under `recipe` (rng [seed, offset] when given) vs tej.dense on each
+    group's rows (rng [seed, offset + g]): output, dgrad, wgrad and bias grad bytes; an empty
+    group's kernel gradient is zero."""
+    rng = None if seed_offset is None else jnp.asarray(seed_offset, jnp.int32)
 
     def grouped(x, k, b):
         with tej.autocast(recipe):
@@ -128,7 +124,7 @@ def test_grouped_dense_nvfp4_matches_per_group_dense(dtype, splits, stochastic):
         if size == 0:
             assert not np.asarray(dk[g]).astype(np.float32).any()
             continue
-        rng_g = None if rng is None else jnp.asarray([9, 70 + g], jnp.int32)
+        rng_g = None if rng is None else rng.at[1].add(g)
         yg, vjp_g = jax.vjp(lambda x, k, b: tej.dense(x, k, b, recipe=recipe, rng=rng_g), x[rows], k[g], b[g])
         dxg, dkg, dbg = vjp_g(dy[rows])
         for name, got, exp in (("output", y[rows], yg), ("dgrad", dx[rows], dxg), ("wgrad", dk[g], dkg),
@@ -136,7 +132,18 @@ def test_grouped_dense_nvfp4_matches_per_group_dense(dtype, splits, stochastic):
             assert_bytes_equal(np.asarray(got), np.asarray(exp), f"{name} {g}")
 
 
-def test_grouped_dense_nvfp4_needs_rng_and_aligned_splits():
+@pytest.mark.parametrize("dtype, splits, stochastic", [("bfloat16", [16, 0, 32, 16], True),
+                                                       ("float32", [0, 0, 64, 0], True),
+                                                       ("bfloat16", [32, 16, 0, 16], False)], ids=str)
+def test_grouped_dense_nvfp4_matches_per_group_dense(dtype, splits, stochastic):
+    """Each group quantized on its own (NVFP4 global amax, blocks, RHT for bf16, SR of the
+    gradient with rng [seed, offset + g]): the bytes of tej.dense on its rows with that rng."""
+    recipe = te.recipe.NVFP4BlockScaling(disable_stochastic_rounding=not stochastic)
+    x, k, b, dy = _case(splits, dtype, seed=3, K=64, N=32)
+    _assert_grouped_matches_per_group_dense(recipe, splits, x, k, b, dy, [9, 70] if stochastic else None)
+
+
+def test_grouped_dense_nvfp4_needs_rng():
     with tej.autocast(te.recipe.NVFP4BlockScaling()):
         with pytest.raises(ValueError, match="needs rng="):
             tej.grouped_dense(jnp.ones((32, 32)), jnp.ones((2, 32, 16)), jnp.asarray([16, 16]))
@@ -177,25 +184,7 @@ def test_grouped_dense_quantized_matches_per_group_dense(recipe_name, splits):
     recipe = getattr(te.recipe, recipe_name)()
     block = recipe_name == "Float8BlockScaling"
     x, k, b, dy = _case(splits, "bfloat16", seed=2, K=256 if block else 64, N=128 if block else 32)
-
-    def grouped(x, k, b):
-        with tej.autocast(recipe):
-            return tej.grouped_dense(x, k, jnp.asarray(splits), b)
-
-    y, vjp = jax.vjp(jax.jit(grouped), x, k, b)
-    dx, dk, db = vjp(dy)
-    off = 0
-    for g, size in enumerate(splits):
-        rows = slice(off, off + size)
-        off += size
-        if size == 0:
-            assert not np.asarray(dk[g]).astype(np.float32).any()
-            continue
-        yg, vjp_g = jax.vjp(lambda x, k, b: tej.dense(x, k, b, recipe=recipe), x[rows], k[g], b[g])
-        dxg, dkg, dbg = vjp_g(dy[rows])
-        for name, got, exp in (("output", y[rows], yg), ("dgrad", dx[rows], dxg), ("wgrad", dk[g], dkg),
-                               ("bias grad", db[g], dbg)):
-            assert_bytes_equal(np.asarray(got), np.asarray(exp), f"{name} {g}")
+    _assert_grouped_matches_per_group_dense(recipe, splits, x, k, b, dy)
 
 
 def test_grouped_dense_delayed_scaling_matches_per_group_dense_over_steps():
