@@ -60,8 +60,9 @@ def reduce_amax(amax: torch.Tensor, name: str | None) -> torch.Tensor:
 
 def global_amax(x: torch.Tensor, name: str) -> torch.Tensor:
     """max|x| over every rank's shard, NaN skipped (NUMERICS.md §1), float32 (1,)."""
-    a = x.detach().abs().to(torch.float32).reshape(-1)
-    a = torch.where(torch.isnan(a), torch.zeros_like(a), a).amax().reshape(1)
+    # |x|, NaN -> 0 (infinities kept) and the max in x's own dtype: each step is exact, so the
+    # fp32 result is that of the fp32 computation, in three passes over x instead of five.
+    a = torch.nan_to_num(x.detach().abs(), nan=0.0, posinf=float("inf")).amax().to(torch.float32).reshape(1)
     return reduce_amax(a, name)
 
 
