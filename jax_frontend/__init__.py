@@ -2,7 +2,7 @@
 
 from . import _library  # noqa: F401  (registers FFI targets and the QuantizedTensor pytree)
 from ._library import export_disabled_checks
-from . import ops, parallel, sharding
+from . import ops, parallel, partitioning, sharding
 from .attention import dot_product_attention
 from .rope import RotaryPositionEmbedding, apply_rotary_pos_emb
 from .flax_transformer import multi_head_attention, transformer_layer
@@ -38,6 +38,7 @@ __all__ = [
     "transformer_layer",
     "ops",
     "parallel",
+    "partitioning",
     "sharding",
     "params_from_torch",
     "params_to_torch",

@@ -181,7 +181,10 @@ def _assign(rule: Rule, mesh, arg_shapes) -> dict[str, tuple[str, ...]]:
     assign: dict[str, tuple[str, ...]] = {}
     used: set[str] = set()
     for (_, dims), shape in zip(rule.inputs, arg_shapes):
-        spec = tuple(shape.sharding.spec) + (None,) * (len(dims) - len(tuple(shape.sharding.spec)))
+        sharding = getattr(shape, "sharding", None)
+        if not isinstance(sharding, NamedSharding):  # not yet known (GSPMD propagation): replicated
+            continue
+        spec = tuple(sharding.spec) + (None,) * (len(dims) - len(tuple(sharding.spec)))
         for d, entry in zip(dims, spec):
             axes = tuple(a for a in _axes(entry) if mesh.shape[a] > 1)
             if not axes or not d or d[0] in assign or d[0] not in shardable or used & set(axes):
@@ -276,9 +279,15 @@ def partitioned(local: Callable, partial_sum: Callable | None = None):
         outs = tuple(_sharding(mesh, dims, assign) for dims in rule.outputs)
         return mesh, lower, outs, args
 
+    def infer_sharding_from_operands(rule: Rule, static, mesh, arg_shapes, result_shape):
+        """The output shardings partition() gives (read by the GSPMD partitioner; Shardy uses
+        the sharding rule)."""
+        assign = _assign(rule, mesh, arg_shapes)
+        return tuple(_sharding(mesh, dims, assign) for dims in rule.outputs)
+
     partition.twinengine_op = True  # what _batch_unpartitioned recognizes
-    op.def_partition(partition, infer_sharding_from_operands=None, propagate_user_sharding=None,
-                     sharding_rule=sharding_rule)
+    op.def_partition(partition, infer_sharding_from_operands=infer_sharding_from_operands,
+                     propagate_user_sharding=None, sharding_rule=sharding_rule)
 
     @functools.wraps(local)
     def call(rule: Rule, static, *arrays):

@@ -25,12 +25,13 @@ __all__ = ["ACTIVATIONS", "GATED_ACTIVATIONS", "activation_fwd", "activation_bwd
 _PLANS = {"fwd": ACTIVATION_FWD, "bwd": ACTIVATION_BWD, "bwd_dbias": ACTIVATION_BWD_DBIAS}
 
 
-def _plan(which: str, arrays: dict, attrs: tuple, quantizer: Quantizer | None):
-    """The kernel call of activation_<which> with `quantizer` fused (None: none)."""
+def _plan(which: str, arrays: dict, attrs: tuple, quantizer: Quantizer | None, unfused: bool = False):
+    """The kernel call of activation_<which> with `quantizer` fused (None: none); `unfused`: the
+    activation alone (its quantization runs after it)."""
     metas = [meta(arrays[name]) for name in (("x",) if which == "fwd" else ("dy", "x"))]
     if which == "bwd":
         return ACTIVATION_BWD.plan(*metas, *attrs)
-    q_arrays = [meta(arrays.get(name)) if quantizer is not None else None for name in ("scale", "rng")]
+    q_arrays = [None if unfused else meta(arrays.get(name)) for name in ("scale", "rng")]
     return _PLANS[which].plan(*metas, *attrs, quantizer, *q_arrays)
 
 
@@ -49,7 +50,7 @@ def _shard(static, sizes, *arrays):
     named = dict(zip(names, arrays))
 
     def run(q):
-        call = _plan(which, named, attrs, q)
+        call = _plan(which, named, attrs, q, unfused=q is None)
         return ffi(call, [named[name] for name in call.inputs])
     return run_fused(run, quantizer, named.get("scale"), named.get("rng"))
 

@@ -43,9 +43,11 @@ def _quantized(call: KernelCall, arrays: list, num_norm_outputs: int, x, quantiz
                            shape=tuple(x.shape), dtype=dtype_name(x.dtype))
 
 
-def _fwd_plan(kind: str, arrays: dict, attrs: tuple, quantizer: Quantizer | None) -> KernelCall:
+def _fwd_plan(kind: str, arrays: dict, attrs: tuple, quantizer: Quantizer | None, unfused: bool = False
+              ) -> KernelCall:
+    """The forward call; `unfused`: the norm alone (its quantization runs after it)."""
     params = [meta(arrays[name]) for name in _PARAMS[kind]]
-    q_arrays = [meta(arrays.get(name)) if quantizer is not None else None for name in ("scale", "rng")]
+    q_arrays = [None if unfused else meta(arrays.get(name)) for name in ("scale", "rng")]
     return _FWD[kind].plan(meta(arrays["x"]), *params, *attrs, quantizer, *q_arrays)
 
 
@@ -63,7 +65,7 @@ def _fwd_shard(static, sizes, *arrays):
     named = dict(zip(names, arrays))
 
     def run(q):
-        call = _fwd_plan(kind, named, attrs, q)
+        call = _fwd_plan(kind, named, attrs, q, unfused=q is None)
         return ffi(call, [named[name] for name in call.inputs])
     return run_fused(run, quantizer, named.get("scale"), named.get("rng"))
 

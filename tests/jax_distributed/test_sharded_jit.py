@@ -429,3 +429,38 @@ def test_vmap_of_jit_batches_the_plain_op():
     grads = jax.vmap(grad)(xs)
     for i in range(3):
         assert_bytes_equal(grads[i], grad(xs[i]))
+
+
+_GSPMD_SCRIPT = """
+import jax
+jax.config.update("jax_use_shardy_partitioner", False)
+import jax.numpy as jnp, numpy as np
+import twinengine.jax as tej
+from twinengine.quantizers import Float8CurrentScalingQuantizer
+from twinengine.recipe import Float8CurrentScaling
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+m = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("dp", "tp"))
+x = jnp.asarray(np.random.default_rng(0).standard_normal((256, 512)), jnp.float32)
+w = jnp.asarray(np.random.default_rng(1).standard_normal((512, 512)) / 16, jnp.float32)
+q = jax.jit(lambda x: tej.quantize(x, Float8CurrentScalingQuantizer()))
+a, b = q(jax.device_put(x, NamedSharding(m, P("dp", "tp")))), q(x)
+assert all((np.asarray(u).view(np.uint8) == np.asarray(v).view(np.uint8)).all()
+           for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+f = jax.jit(lambda x, w: tej.dense(x, w, recipe=Float8CurrentScaling()))
+y = f(jax.device_put(x, NamedSharding(m, P("dp", None))), jax.device_put(w, NamedSharding(m, P(None, "tp"))))
+np.testing.assert_allclose(np.asarray(y), np.asarray(f(x, w)), rtol=1e-5, atol=1e-5)
+print("gspmd ok")
+"""
+
+
+def test_gspmd_partitioner():
+    """Under the (deprecated) GSPMD partitioner the ops partition too (its propagation may pick
+    other shardings than Shardy's, e.g. a sharded K: bytes then within the row-parallel
+    tolerance). In a subprocess: a callback failure there aborts the process."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+    proc = subprocess.run([sys.executable, "-c", _GSPMD_SCRIPT], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and "gspmd ok" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
