@@ -170,6 +170,7 @@ LanesFn backward_dbias_lanes_fn() {
 template <typename T, Activation kKind>
 void forward_typed(const ActivationArgs& a) {
   const ForwardRowsFn rows = forward_rows_fn<T, kKind>();
+  advise_view(*a.out);
   parallel_for(a.rows, a.rows * a.cols * 8, [&](int64_t begin, int64_t end) { rows(a, begin, end, nullptr); });
 }
 
@@ -189,6 +190,7 @@ TweStatus forward_quantized_typed(const ActivationArgs& a, const TweActivationQu
 template <typename T, Activation kKind>
 void backward_typed(const ActivationArgs& a) {
   const RowsFn rows = backward_rows_fn<T, kKind>();
+  advise_view(*a.out);
   parallel_for(a.rows, a.rows * a.cols * 8, [&](int64_t begin, int64_t end) { rows(a, begin, end); });
 }
 
@@ -203,6 +205,7 @@ void backward_dbias_typed(const ActivationArgs& a, uint32_t* keys) {
   const int64_t lanes = std::min<int64_t>(kLanes, rows);
   std::vector<float> partials(static_cast<size_t>(kLanes * k), 0.0f);
   const LanesFn run = backward_dbias_lanes_fn<T, kKind>();
+  advise_view(*a.out);
   parallel_for(lanes, rows * k * 8, [&](int64_t lane_begin, int64_t lane_end) {
     run(a, lane_begin, lane_end, partials.data(), keys);
   });

@@ -232,6 +232,7 @@ TweStatus norm_fwd(const NormFwdArgs& a) {
   std::vector<float> gain, beta(static_cast<size_t>(padded(k)), 0.0f);
   if (a.gamma) gain = gains(a.gamma, k, a.zero_centered_gamma);
   if (a.beta) widen(a.beta, 0, k, beta.data());
+  advise_view(*a.y);
   parallel_for(a.rows, a.rows * k, [&](int64_t begin, int64_t end) {
     forward_rows(a, gain.data(), beta.data(), begin, end);
   });
@@ -267,6 +268,7 @@ TweStatus norm_bwd(const NormBwdArgs& a) {
   std::vector<float> db(a.dbeta ? static_cast<size_t>(kSumLanes * kp) : 0, 0.0f);
   // Lane l owns rows l, l+32, ... in order: its dγ / dβ partials are sequential in the row index.
   const int64_t lanes = std::min<int64_t>(kSumLanes, r_total);
+  advise_view(*a.dx);
   parallel_for(lanes, r_total * k, [&](int64_t lane_begin, int64_t lane_end) {
     backward_lanes(a, gain.data(), lane_begin, lane_end, params ? dg.data() : nullptr,
                    a.dbeta ? db.data() : nullptr);

@@ -15,6 +15,9 @@
 namespace twe {
 namespace cpu {
 
+/*! advise_huge_pages for a whole (freshly allocated) view. */
+inline void advise_view(const TweTensorView& v) { advise_huge_pages(v.data, numel(v) * element_size(v.dtype)); }
+
 /*! MXFP8 of y (R, K), R a multiple of 32 (the ABI's check): for each 32-row block, produce(r0, r0 + 32)
  *  writes y's rows, then quantize_mxfp8 of just that block. MXFP8 blocks never cross a 32-row
  *  block (1D or 2D), so each block's bytes are those the whole-tensor quantize writes; the scale
@@ -24,6 +27,10 @@ TweStatus quantize_mxfp8_by_row_blocks(const TweTensorView& y, const TweQuantize
                                        const TweQuantizeParams& params, int64_t rows, int64_t k, int64_t work,
                                        void* stream, Produce&& produce) {
   const bool row = present(&o.rowwise_data), col = present(&o.columnwise_data);
+  // The whole outputs get the huge-page advice the per-block quantize calls (too small) skip.
+  advise_view(y);
+  if (row) advise_view(o.rowwise_data);
+  if (col) advise_view(o.columnwise_data);
   const int64_t row_stride = row ? o.rowwise_scale_inv.shape[o.rowwise_scale_inv.ndim - 1] : 0;
   const int64_t col_stride = col ? o.columnwise_scale_inv.shape[o.columnwise_scale_inv.ndim - 1] : 0;
   if (row) std::memset(o.rowwise_scale_inv.data, 0, static_cast<size_t>(numel(o.rowwise_scale_inv)));
@@ -59,6 +66,7 @@ TweStatus quantize_fp8_per_tensor_by_rows(const TweTensorView& y, const TweTenso
                                           TweQuantizedTensor* output, const TweQuantizeParams& params, int64_t rows,
                                           int64_t k, int64_t work, void* stream, Produce&& produce) {
   std::vector<uint32_t> keys(static_cast<size_t>(rows), 0u);
+  advise_view(y);
   parallel_for(rows, work, [&](int64_t begin, int64_t end) { produce(begin, end, keys.data()); });
   uint32_t key = 0;
   for (uint32_t v : keys) key = v > key ? v : key;
