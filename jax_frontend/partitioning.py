@@ -338,11 +338,14 @@ def quantized_dims(quantizer, x_dims: Dims, name: str) -> Dims:
 def quantized_blocks(quantizer, x_dims: Dims, arg: str) -> tuple[Block, ...]:
     """The shard extents (along the flattened rows and along K) under which every copy of a
     block-format quantize is shard-local and its padded scales tile: MXFP8 128 and 128 (32
-    blocks, scales padded to 128 x 4); FP8 block 1D 128 along its blocks, 4 across them (2D:
-    128 and 512); none for the per-tensor formats."""
+    blocks, scales padded to 128 x 4); NVFP4 128 along a dimension its copy's scales pad to 128
+    rows, else 64 (16 blocks, 4 scale columns); FP8 block 1D 128 along its blocks, 4 across
+    them (2D: 128 and 512); none for the per-tensor formats."""
     mode = quantizer.scaling_mode
     if mode == "mxfp8":
         row, col = 128, 128
+    elif mode == "nvfp4":  # 16 blocks, E4M3 scales padded to 128 x 4
+        row, col = 128 if quantizer.rowwise else 64, 128 if quantizer.columnwise else 64
     elif mode == "fp8_block":
         two_d = quantizer.block_scaling_dim == 2
         row, col = 1, 1
@@ -358,9 +361,10 @@ def quantized_blocks(quantizer, x_dims: Dims, arg: str) -> tuple[Block, ...]:
 
 
 def shards_locally(quantizer) -> bool:
-    """Whether a quantize under `quantizer` runs per shard: every format but NVFP4, whose kernel
-    forms the global amax itself (an NVFP4 quantize gathers its input)."""
-    return quantizer.scaling_mode != "nvfp4"
+    """Whether a quantize under `quantizer` runs per shard: every format but NVFP4 with
+    stochastic rounding, whose random bits depend on each element's index in the whole tensor
+    (it gathers its input). NVFP4's global amaxes are pmax-ed like a per-tensor amax."""
+    return not (quantizer.scaling_mode == "nvfp4" and quantizer.stochastic_rounding)
 
 
 # ---- ops over rows of features (norms, activations, dropout) ----------------------------

@@ -10,8 +10,8 @@ operands) use the amax reduction of this module:
   mesh axes `axes` before the scale is formed. Pass every axis of the ``shard_map``: along an
   axis where a tensor is replicated the reduction is the identity, along one where it is
   sharded it makes the amax the whole tensor's. Block formats (MXFP8, FP8 block) need no
-  reduction; NVFP4's global amax cannot be reduced (its kernel takes no amax input) and is
-  refused under a reduction.
+  reduction; NVFP4's global amaxes are reduced and given to its kernel (with stochastic
+  rounding it is refused under a reduction: its bits depend on the global element index).
 - ``check_sharding(shape, spec, mesh, quantizer)``: the clear error for a spec that cannot give
   the unsharded bytes (an axis size that does not divide the dimension, a shard boundary inside
   a quantization block); call it before the ``shard_map``.

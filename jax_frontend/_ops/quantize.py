@@ -35,9 +35,11 @@ def quantize(x, quantizer: Quantizer, *, scale=None, rng=None) -> QuantizedTenso
         shard's bytes are the matching part of the unsharded result (NUMERICS.md §12).
     Sharded jit (``twinengine.jax.partitioning``): runs per shard of x, per-tensor amaxes
         ``pmax``-ed over the mesh axes sharding x; the result is the unsharded one byte for
-        byte, its arrays sharded like x. NVFP4 gathers x (its kernel forms the global amax).
+        byte, its arrays sharded like x; NVFP4's global amaxes are pmax-ed and given to the
+        kernel (with stochastic rounding NVFP4 gathers x: its bits depend on the global index).
     Raises:
-        TypeError / ValueError: from the shared core checks; NVFP4 under an amax reduction;
+        TypeError / ValueError: from the shared core checks; NVFP4 with stochastic rounding
+        under an amax reduction;
         at compile time, a shard boundary of x inside a block / scale tile.
     """
     x = jnp.asarray(x)
@@ -108,8 +110,21 @@ def _quantize_reduced(x, quantizer: Quantizer, scale, rng, axes) -> QuantizedTen
     shard's amax from the kernel, reduces it, forms the scale by NUMERICS.md §2 and quantizes
     with that scale (the delayed-scaling kernel: same cast, same 1/s)."""
     if quantizer.scaling_mode == "nvfp4":
-        raise ValueError("quantize: NVFP4 under an amax_reduction is not supported: its kernel forms the global "
-                         "amax itself and takes none as input; quantize NVFP4 tensors unsharded")
+        if quantizer.stochastic_rounding:
+            raise ValueError("quantize: NVFP4 with stochastic rounding under an amax_reduction is not supported: "
+                             "each element's random bits depend on its index in the whole tensor; quantize it "
+                             "unsharded")
+        # the shard's [rowwise, columnwise (after RHT)] global amaxes, MAX-reduced, given to the
+        # kernel in place of its own (NUMERICS.md §7 step 1, §12)
+        local = _quantize_local(x, quantizer, None, None)
+        zero = jnp.zeros((1,), jnp.float32)
+        amax = reduce_amax(jnp.concatenate([zero if local.amax is None else local.amax,
+                                            zero if local.columnwise_amax is None else local.columnwise_amax]), axes)
+        call = QUANTIZE.cached_plan(meta(x), quantizer, None, None, meta(amax))
+        arrays = {"x": x, "amax": amax}
+        outputs = ffi(call, [arrays[name] for name in call.inputs])
+        return QuantizedTensor(**{spec.name: a for spec, a in zip(call.outputs, outputs)}, quantizer=quantizer,
+                               shape=tuple(x.shape), dtype=dtype_name(x.dtype))
     if quantizer.scaling_mode == "fp8_delayed":
         qt = _quantize_local(x, quantizer, scale, rng)
         return dataclasses.replace(qt, amax=reduce_amax(qt.amax, axes))

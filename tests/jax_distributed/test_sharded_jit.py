@@ -31,7 +31,8 @@ QUANTIZERS = {
     "mxfp8": (MXFP8Quantizer("e4m3"), (1024, 1024)),
     "fp8_block_1d": (Float8BlockQuantizer("e4m3", block_scaling_dim=1), (1024, 1024)),
     "fp8_block_2d": (Float8BlockQuantizer("e4m3", block_scaling_dim=2, columnwise=False), (1024, 4096)),
-    "nvfp4": (NVFP4Quantizer(), (128, 256)),
+    "nvfp4": (NVFP4Quantizer(), (1024, 1024)),
+    "nvfp4_rht_2d": (NVFP4Quantizer(with_rht=True, with_2d_quantization=True), (1024, 1024)),
 }
 
 
@@ -75,14 +76,14 @@ def _quantize_fn(quantizer, scale):
 def test_quantize_sharded_jit_equals_unsharded(mesh_name, qname):
     quantizer, shape = QUANTIZERS[qname]
     m, spec = mesh(mesh_name), ROW_SPECS[mesh_name]
-    dtype = jnp.bfloat16 if qname == "nvfp4" else jnp.float32
+    dtype = jnp.bfloat16 if qname.startswith("nvfp4") else jnp.float32
     x = _input(shape, dtype)
     scale = jnp.asarray([7.5], jnp.float32) if qname == "delayed" else None
     f = _quantize_fn(quantizer, scale)
     want = jax.jit(f)(x)
     got = jax.jit(f)(_put(m, spec, x))
     assert_bytes_equal(got, want)
-    if qname != "nvfp4":  # NVFP4 gathers x (its kernel forms the global amax)
+    if not (qname.startswith("nvfp4") and spec[-1] is not None):  # packed FP4 K/2: not propagated along K
         assert got["qt"].rowwise_data.sharding.is_equivalent_to(NamedSharding(m, spec), len(shape))
 
 
@@ -109,9 +110,12 @@ def test_quantize_hlo_gathers_no_high_precision_input():
     hlo = _hlo(lambda v: tej.quantize(v, quantizer).rowwise_data, x)
     assert not _gathers(hlo), _gathers(hlo)
     assert "all-reduce" in hlo  # the amax pmax
-    # the guard: NVFP4 runs replicated, so its bf16 input is gathered
-    xb = _put(m, ROW_SPECS["dp2tp4"], _input((128, 256), jnp.bfloat16))
-    assert _gathers(_hlo(lambda v: tej.quantize(v, NVFP4Quantizer()).rowwise_data, xb))
+    # NVFP4 pmaxes its global amaxes; the guard: with stochastic rounding it runs replicated
+    # (each element's bits depend on its global index), so its bf16 input is gathered
+    xb = _put(m, ROW_SPECS["dp2tp4"], _input((1024, 1024), jnp.bfloat16))
+    assert not _gathers(_hlo(lambda v: tej.quantize(v, NVFP4Quantizer()).rowwise_data, xb))
+    sr = NVFP4Quantizer(stochastic_rounding=True)
+    assert _gathers(_hlo(lambda v: tej.quantize(v, sr, rng=jnp.asarray([1, 2], jnp.uint32)).rowwise_data, xb))
 
 
 @needs_8

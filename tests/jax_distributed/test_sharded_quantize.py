@@ -88,12 +88,25 @@ def test_no_all_gather_in_hlo():
 
 
 @needs_8
-def test_nvfp4_under_reduction_is_refused():
+def test_nvfp4_under_reduction():
+    """NVFP4's global amaxes are pmax-ed (the unsharded bytes); with stochastic rounding (bits
+    from the global element index) it is refused."""
     m, spec = mesh("tp8"), SPECS["tp8"]
-    fn = jax.shard_map(lambda v: tej.quantize(v, NVFP4Quantizer()).rowwise_data, mesh=m, in_specs=spec,
-                       out_specs=spec)
-    with amax_reduction(m.axis_names), pytest.raises(ValueError, match="NVFP4 under an amax_reduction"):
-        jax.jit(fn)(_input((64, 256)).astype(jnp.bfloat16))
+    x = _input((64, 256)).astype(jnp.bfloat16)
+
+    def local(v):
+        with amax_reduction(m.axis_names):
+            qt = tej.quantize(v, NVFP4Quantizer())
+        return tej.dequantize(qt), tej.dequantize(qt, columnwise=True), qt.amax
+    got = jax.jit(jax.shard_map(local, mesh=m, in_specs=spec, out_specs=(spec, spec, P()), check_vma=False))(x)
+    ref = tej.quantize(x, NVFP4Quantizer())
+    for g, w in zip(got, (tej.dequantize(ref), tej.dequantize(ref, columnwise=True), ref.amax)):
+        np.testing.assert_array_equal(np.asarray(g).view(np.uint32), np.asarray(w).view(np.uint32))
+    sr = jax.shard_map(lambda v: tej.quantize(v, NVFP4Quantizer(stochastic_rounding=True),
+                                              rng=jnp.asarray([1, 2], jnp.uint32)).rowwise_data,
+                       mesh=m, in_specs=spec, out_specs=spec)
+    with amax_reduction(m.axis_names), pytest.raises(ValueError, match="stochastic rounding under an amax_reduction"):
+        jax.jit(sr)(x)
 
 
 @needs_8
