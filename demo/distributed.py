@@ -37,7 +37,8 @@ CONTEXT, EMBED, ROWS = 8, 16, 256
 tensor-parallel group shards: 128 rows a rank, whole FP8 blocks)."""
 RECIPES = ("mxfp8", "fp8-current", "fp8-block", "high-precision")
 """Recipes of the distributed demo: the JAX tensor-parallel block keeps no DelayedScaling state,
-and JAX does not reduce NVFP4's global amax yet."""
+and JAX refuses NVFP4's stochastically rounded gradients under an amax reduction (their bits
+follow each element's index in the whole tensor)."""
 
 _BLOCK = ("layer_norm_weight", "fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias")
 
@@ -259,8 +260,8 @@ def main(args, ids: np.ndarray, vocab: int) -> None:
 
     if args.recipe not in RECIPES:
         raise SystemExit(f"--distributed runs the recipes {', '.join(RECIPES)} (got {args.recipe}): the JAX "
-                         "tensor-parallel block keeps no DelayedScaling state and JAX does not reduce NVFP4's "
-                         "global amax yet")
+                         "tensor-parallel block keeps no DelayedScaling state, and NVFP4's stochastically rounded "
+                         "gradients are refused under JAX's amax reduction")
     if args.ffn % (WORLD * 128) and args.recipe == "fp8-block" or args.ffn % WORLD:
         raise SystemExit(f"--distributed needs --ffn divisible by {WORLD} (by {WORLD * 128} for fp8-block)")
     params = init_params(vocab, args.hidden, args.ffn, args.layers, args.seed)
