@@ -7,6 +7,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+import torch
 from helpers import assert_quantized_equal, fields_as_numpy, to_torch
 from quantize_block_cases import reference_quantize as reference_quantize_block
 from quantize_cases import reference_quantize
@@ -62,3 +63,24 @@ def test_vectorized_per_tensor_cast_with_a_finite_scale(fmt):
     q = te.Float8CurrentScalingQuantizer(fmt)
     qt = tep.quantize(to_torch(x), q)
     assert_quantized_equal(fields_as_numpy(qt), reference_quantize(x, q), f"{fmt} finite scale")
+
+
+@pytest.mark.parametrize("kind, cols", [("float32", 2048 + 384), ("bfloat16", 4096 + 256)])
+@pytest.mark.parametrize("q", [te.Float8BlockQuantizer("e4m3", block_scaling_dim=1), te.MXFP8Quantizer("e4m3"),
+                               te.NVFP4Quantizer()], ids=repr)
+def test_wide_rows_span_several_column_chunks(q, kind, cols):
+    """Rows wider than one column chunk of the one-pass rowwise + columnwise loops (1 MB of
+    input per 128-row block for FP8 block scaling): every chunk, the last one partial, meets the
+    reference at 1 and 2 threads."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((256, cols)) * np.exp(rng.standard_normal((256, cols)) * 3)).astype(np.float32)
+    if kind == "bfloat16":
+        x = x.astype(ml_dtypes.bfloat16)
+    expected = reference_quantize_block(x, q) if q.scaling_mode in ("nvfp4", "fp8_block") else reference_quantize(x, q)
+    saved = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert_quantized_equal(fields_as_numpy(tep.quantize(to_torch(x), q)), expected, f"{q!r} {threads} threads")
+    finally:
+        torch.set_num_threads(saved)
