@@ -84,6 +84,12 @@ inline cudaError_t cudaGetLastError() { return emu::error ? 1 : 0; }
 inline const char* cudaGetErrorName(cudaError_t) { return "emu"; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emu"; }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) { std::memset(p, v, n); return 0; }
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice,
+                      cudaMemcpyDefault };
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t) {
+  std::memcpy(dst, src, n);  // host emulation: "device" memory is host memory
+  return 0;
+}
 inline cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int v, size_t w, size_t h, cudaStream_t) {
   if (w > pitch) return 1;
   for (size_t r = 0; r < h; ++r) std::memset(static_cast<char*>(p) + r * pitch, v, w);
